@@ -1,0 +1,27 @@
+module github.com/nri-handover/nri-handover
+
+go 1.26.0
+
+require (
+	github.com/containerd/nri v0.12.5
+	github.com/containerd/ttrpc v1.2.10
+	github.com/hashicorp/go-version v1.9.0
+	github.com/sirupsen/logrus v1.10.2
+	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/containerd/log v0.1.0 // indirect
+	github.com/knqyf263/go-plugin v0.9.0 // indirect
+	github.com/opencontainers/runtime-spec v1.3.0 // indirect
+	github.com/tetratelabs/wazero v1.11.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260226221140-a57be14db171 // indirect
+	google.golang.org/grpc v1.81.1 // indirect
+)
+
+tool (
+	github.com/containerd/ttrpc/cmd/protoc-gen-go-ttrpc
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)

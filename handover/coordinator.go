@@ -1,0 +1,739 @@
+package handover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/ttrpc"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/handover/api"
+)
+
+// Defaults of Config.
+const (
+	// DefaultClaimTimeout bounds a claim made inside the runtime's
+	// Synchronize request. NRI's default request timeout is 2 s; a claim
+	// must stay far below it so the runtime never drops the instance.
+	DefaultClaimTimeout = 500 * time.Millisecond
+	// DefaultLeaveTimeout bounds how long a leaving owner waits for a
+	// standby to take over before it exits anyway.
+	DefaultLeaveTimeout = 10 * time.Second
+)
+
+// Config configures a Coordinator.
+type Config struct {
+	// Dir is the plugin's handover directory.
+	Dir *Dir
+	// Self identifies this instance. Plugin, Id, Version and
+	// StartedUnixNano are required.
+	Self *api.Instance
+	// Policy decides who may take over; nil means NewestInstance.
+	Policy Policy
+	// ClaimTimeout bounds Claim; zero means DefaultClaimTimeout.
+	ClaimTimeout time.Duration
+	// Log receives structured logs; nil means the standard logger.
+	Log *logrus.Entry
+	// OnResync is called, from a coordinator goroutine, when this standby
+	// should claim again inside a fresh Synchronize: the owner is leaving or
+	// has changed. The caller reconnects to the runtime. Must not block.
+	OnResync func(reason string)
+	// OnPromoted is called, from a coordinator goroutine, when this instance
+	// became owner outside a Synchronize because the previous owner is gone.
+	// Must not block.
+	OnPromoted func(epoch uint64)
+}
+
+// Coordinator owns the role of one plugin instance and speaks the handover
+// protocol with the plugin's other instances on the node.
+//
+// Locking: events is held by the plugin harness for the whole of each NRI
+// event (Enter/Exit) and by every role change, so a role never changes
+// while an event is being handled. mu guards the fields below it and is
+// always taken after events, never before.
+type Coordinator struct {
+	cfg  Config
+	self *api.Instance
+	log  *logrus.Entry
+
+	events sync.Mutex
+
+	mu           sync.Mutex
+	role         api.Role
+	reason       string
+	epoch        uint64
+	leaving      bool
+	closed       bool
+	successor    *api.Instance
+	lastHandover *api.HandoverRecord
+	watchers     map[string]*api.Instance
+	changed      chan struct{} // closed and replaced on every change of the fields above
+
+	server   *ttrpc.Server
+	listener net.Listener
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New validates cfg, starts serving the handover service on this
+// instance's own socket and returns a coordinator in the joining role.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Dir == nil {
+		return nil, errors.New("handover: no directory")
+	}
+	s := cfg.Self
+	if s == nil || s.Id == "" || s.Version == "" || s.StartedUnixNano == 0 {
+		return nil, errors.New("handover: instance identity needs id, version and start time")
+	}
+	if s.Plugin != cfg.Dir.Plugin() {
+		return nil, fmt.Errorf("handover: instance of plugin %q in directory of %q",
+			s.Plugin, cfg.Dir.Plugin())
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = NewestInstance{}
+	}
+	if cfg.ClaimTimeout <= 0 {
+		cfg.ClaimTimeout = DefaultClaimTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	c := &Coordinator{
+		cfg:      cfg,
+		self:     s,
+		role:     api.Role_ROLE_JOINING,
+		watchers: map[string]*api.Instance{},
+		changed:  make(chan struct{}),
+	}
+	c.log = cfg.Log.WithFields(logrus.Fields{
+		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,
+	})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if err := c.serve(); err != nil {
+		c.cancel()
+		return nil, err
+	}
+	return c, nil
+}
+
+// serve listens on the instance's own socket, mode 0600, and serves the
+// handover service to peers of the same user only.
+func (c *Coordinator) serve() error {
+	path := c.cfg.Dir.InstanceSocket(c.self.Id)
+	if _, err := Dial(c.ctx, path); err == nil {
+		return fmt.Errorf("handover: instance id %q is already in use (%s answers)", c.self.Id, path)
+	} else if !errors.Is(err, ErrNoInstance) {
+		return fmt.Errorf("handover: check instance socket: %w", err)
+	}
+	_ = os.Remove(path) // stale file of a dead instance with our id
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("handover: listen on %s: %w", path, err)
+	}
+	// The socket file is ours alone (the owner name is a separate link).
+	l.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return fmt.Errorf("handover: chmod %s: %w", path, err)
+	}
+	srv, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("handover: new ttrpc server: %w", err)
+	}
+	api.RegisterHandoverService(srv, &service{c: c})
+	c.server, c.listener = srv, l
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := srv.Serve(c.ctx, l); err != nil && !errors.Is(err, ttrpc.ErrServerClosed) {
+			c.log.WithError(err).Warn("handover service stopped")
+		}
+	}()
+	return nil
+}
+
+// Self returns this instance's identity.
+func (c *Coordinator) Self() *api.Instance { return c.self }
+
+// Enter starts the handling of one NRI event and returns the role to act
+// in: only ROLE_OWNER acts. The role cannot change until Exit.
+func (c *Coordinator) Enter() api.Role {
+	c.events.Lock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.role
+}
+
+// Exit ends the handling of the event begun by Enter.
+func (c *Coordinator) Exit() { c.events.Unlock() }
+
+// Status returns a snapshot of this instance's state.
+func (c *Coordinator) Status() *api.StatusResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.statusLocked()
+}
+
+func (c *Coordinator) statusLocked() *api.StatusResponse {
+	st := &api.StatusResponse{
+		Instance:     c.self,
+		Role:         c.role,
+		Epoch:        c.epoch,
+		Reason:       c.reason,
+		LastHandover: c.lastHandover,
+		Leaving:      c.leaving,
+	}
+	for _, w := range c.watchers {
+		st.Watchers = append(st.Watchers, w)
+	}
+	return st
+}
+
+// Ready reports whether this instance owns the plugin, with a one-line
+// reason: the readiness a DaemonSet rollout should wait for.
+func (c *Coordinator) Ready() (bool, string) {
+	st := c.Status()
+	if st.Role == api.Role_ROLE_OWNER {
+		return true, fmt.Sprintf("owner since epoch %d", st.Epoch)
+	}
+	if st.Reason != "" {
+		return false, fmt.Sprintf("%s: %s", roleName(st.Role), st.Reason)
+	}
+	return false, roleName(st.Role)
+}
+
+// Changed returns a channel closed at the next change of role, epoch,
+// leaving state or set of watchers.
+func (c *Coordinator) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// setLocked changes the role; call with events and mu held.
+func (c *Coordinator) setLocked(role api.Role, reason string) {
+	if c.role != role || c.reason != reason {
+		c.log.WithFields(logrus.Fields{"role": roleName(role), "epoch": c.epoch,
+			"from": roleName(c.role)}).Infof("role change: %s", reason)
+	}
+	c.role, c.reason = role, reason
+	c.notifyLocked()
+}
+
+// notifyLocked wakes everyone waiting on Changed; call with mu held.
+func (c *Coordinator) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// Claim negotiates this instance's role. The plugin harness calls it from
+// its NRI Synchronize handler: the runtime holds its sync lock then, so no
+// event is in flight at any instance and ownership moves exactly between
+// two events. Claim is bounded by the configured claim timeout and returns
+// the role this instance now has; an error means the claim could not be
+// made (the instance then keeps a role that does not act).
+func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.ClaimTimeout)
+	defer cancel()
+
+	unlock, err := c.cfg.Dir.Lock(ctx)
+	if err != nil {
+		c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
+		return c.currentRole(), fmt.Errorf("claim: %w", err)
+	}
+	defer unlock()
+
+	switch c.currentRole() {
+	case api.Role_ROLE_OWNER:
+		// Reconnected to the runtime (e.g. after a runtime restart): keep
+		// the role, and repair the owner name if it does not lead to us.
+		if err := c.ensurePublished(ctx); err != nil {
+			return api.Role_ROLE_OWNER, err
+		}
+		return api.Role_ROLE_OWNER, nil
+	case api.Role_ROLE_RETIRED:
+		return c.takeBackIfOrphaned(ctx)
+	}
+
+	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
+	if errors.Is(err, ErrNoInstance) {
+		return c.becomeOwner(nil, 0, "no owner on the node")
+	}
+	if err != nil {
+		c.demote(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), true)
+		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %w", err)
+	}
+	defer owner.Close()
+	return c.askToYield(ctx, owner, true)
+}
+
+// askToYield sends Yield to owner and takes the answer. A retired instance
+// that still holds the owner name answers with its successor, which is
+// asked once in its turn. Call with the claim lock.
+func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool) (api.Role, error) {
+	start := time.Now()
+	resp, err := owner.Yield(ctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
+	if err != nil {
+		reason := "owner does not answer: " + err.Error()
+		c.demote(api.Role_ROLE_STANDBY, reason, true)
+		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %s", reason)
+	}
+	if resp.Accepted {
+		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s) in %v",
+			resp.Owner.GetId(), resp.Owner.GetVersion(), time.Since(start).Round(time.Microsecond)))
+	}
+	if resp.Owner.GetId() == c.self.Id {
+		// The owner name still leads to an instance whose successor is us:
+		// publishing was interrupted. We own the plugin already.
+		return c.becomeOwner(nil, resp.Epoch, "owner name repaired")
+	}
+	if redirect && resp.Owner != nil && resp.Owner.GetId() != "" {
+		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
+		if err == nil {
+			defer next.Close()
+			return c.askToYield(ctx, next, false)
+		}
+		if errors.Is(err, ErrNoInstance) {
+			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone")
+		}
+	}
+	c.demote(api.Role_ROLE_STANDBY, resp.Reason, true)
+	return api.Role_ROLE_STANDBY, nil
+}
+
+// becomeOwner makes this instance the owner and publishes its socket under
+// the owner name. from is the previous owner (nil if none); epoch is the
+// epoch granted by it, or 0 to take the next epoch on record. Call with the
+// claim lock.
+func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string) (api.Role, error) {
+	start := time.Now()
+	if epoch == 0 {
+		last, err := c.cfg.Dir.readEpoch()
+		if err != nil {
+			c.log.WithError(err).Warn("epoch record unreadable; starting from the local epoch")
+		}
+		c.mu.Lock()
+		epoch = max(last, c.epoch) + 1
+		c.mu.Unlock()
+	}
+	c.events.Lock()
+	c.mu.Lock()
+	c.epoch = epoch
+	c.successor = nil
+	if from != nil {
+		c.lastHandover = &api.HandoverRecord{
+			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
+			AtUnixNano: start.UnixNano(), Epoch: epoch,
+		}
+	}
+	c.setLocked(api.Role_ROLE_OWNER, reason)
+	c.mu.Unlock()
+	c.events.Unlock()
+
+	// Publishing happens after the role change: until the name is swapped
+	// the old owner answers newcomers with a redirect to us.
+	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id)); err != nil {
+		return api.Role_ROLE_OWNER, err
+	}
+	if err := c.cfg.Dir.writeEpoch(epoch); err != nil {
+		c.log.WithError(err).Warn("epoch not recorded")
+	}
+	c.mu.Lock()
+	if c.lastHandover != nil && c.lastHandover.Epoch == epoch {
+		c.lastHandover.DurationNano = int64(time.Since(start))
+	}
+	c.mu.Unlock()
+	return api.Role_ROLE_OWNER, nil
+}
+
+// ensurePublished checks that the owner name leads to this instance and
+// fixes it if it leads nowhere. If another instance answers there as owner,
+// this one was superseded and retires. Call with the claim lock.
+func (c *Coordinator) ensurePublished(ctx context.Context) error {
+	cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
+	if errors.Is(err, ErrNoInstance) {
+		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id))
+	}
+	if err != nil {
+		return fmt.Errorf("check owner name: %w", err)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("check owner name: %w", err)
+	}
+	if st.Instance.GetId() == c.self.Id {
+		return nil
+	}
+	if st.Role == api.Role_ROLE_OWNER {
+		c.demote(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), false)
+		return nil
+	}
+	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id))
+}
+
+// takeBackIfOrphaned makes a retired instance owner again when nobody owns
+// the plugin any more (its successor died). Call with the claim lock.
+func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) {
+	if c.ownerAlive(ctx) {
+		return api.Role_ROLE_RETIRED, nil
+	}
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back")
+}
+
+// ownerAlive reports whether another instance answers on the owner name as
+// owner. Call with the claim lock.
+func (c *Coordinator) ownerAlive(ctx context.Context) bool {
+	cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
+	if err != nil {
+		return !errors.Is(err, ErrNoInstance)
+	}
+	defer cl.Close()
+	st, err := cl.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		return true // somebody is there but slow: never risk two owners
+	}
+	if st.Instance.GetId() == c.self.Id {
+		return false
+	}
+	if st.Role == api.Role_ROLE_OWNER {
+		return true
+	}
+	// A retired instance still holds the name; ask for its successor.
+	if succ := st.LastHandover.GetToId(); succ != "" && succ != c.self.Id {
+		if sc, err := Dial(ctx, c.cfg.Dir.InstanceSocket(succ)); err == nil {
+			sc.Close()
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Coordinator) currentRole() api.Role {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.role
+}
+
+// demote sets a role that does not act. With watch, a standby starts
+// watching the owner so it can claim again when the owner leaves or dies.
+func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
+	c.events.Lock()
+	c.mu.Lock()
+	wasStandby := c.role == api.Role_ROLE_STANDBY
+	c.setLocked(role, reason)
+	closed := c.closed
+	c.mu.Unlock()
+	c.events.Unlock()
+	if watch && role == api.Role_ROLE_STANDBY && !wasStandby && !closed {
+		c.wg.Add(1)
+		go c.watchOwner()
+	}
+}
+
+// yield handles a Yield request: see service.Yield.
+func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
+	taker := req.GetTaker()
+	c.events.Lock()
+	defer c.events.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	refuse := func(reason string) *api.YieldResponse {
+		c.log.WithFields(logrus.Fields{"taker": taker.GetId(), "taker_version": taker.GetVersion()}).
+			Info("refused to yield: " + reason)
+		// Owner is set only to redirect the taker to this one's successor.
+		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}
+	}
+	switch {
+	case taker.GetPlugin() != c.self.Plugin:
+		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
+	case taker.GetId() == "" || taker.GetId() == c.self.Id:
+		return refuse("taker has no distinct instance id")
+	case c.role != api.Role_ROLE_OWNER:
+		return refuse(fmt.Sprintf("instance %s is not the owner (%s)", c.self.Id, roleName(c.role)))
+	}
+	if !c.leaving {
+		if ok, reason := c.cfg.Policy.Allow(c.self, taker); !ok {
+			return refuse(reason)
+		}
+	}
+	c.epoch++
+	c.successor = taker
+	c.lastHandover = &api.HandoverRecord{
+		FromId: c.self.Id, FromVersion: c.self.Version, ToId: taker.Id, ToVersion: taker.Version,
+		AtUnixNano: time.Now().UnixNano(), Epoch: c.epoch,
+	}
+	c.setLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version))
+	if !c.closed {
+		c.wg.Add(1)
+		go c.watchSuccessor(taker, c.epoch)
+	}
+	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}
+}
+
+// watch handles a Watch request: it returns when this instance's epoch
+// differs from the caller's, when it leaves or stops owning, or when the
+// caller goes away.
+func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {
+	w := req.GetWatcher()
+	c.mu.Lock()
+	if w.GetId() != "" {
+		c.watchers[w.Id] = w
+		c.notifyLocked()
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.watchers, w.GetId())
+		c.notifyLocked()
+		c.mu.Unlock()
+	}()
+	for {
+		c.mu.Lock()
+		if c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER || c.closed {
+			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed, Reason: c.reason}
+			c.mu.Unlock()
+			return resp, nil
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// watchOwner runs while this instance is standby: it watches the owner and
+// asks for a new claim when the owner leaves or changes, or promotes this
+// instance at once when the owner is gone.
+func (c *Coordinator) watchOwner() {
+	defer c.wg.Done()
+	backoff := newBackoff()
+	for c.currentRole() == api.Role_ROLE_STANDBY {
+		cl, err := Dial(c.ctx, c.cfg.Dir.OwnerSocket())
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrNoInstance) {
+				c.promoteIfOrphaned("owner gone")
+			}
+			if !backoff.wait(c.ctx) {
+				return
+			}
+			continue
+		}
+		st, err := cl.Status(c.ctx, &api.StatusRequest{})
+		if err != nil {
+			cl.Close()
+			if !backoff.wait(c.ctx) {
+				return
+			}
+			continue
+		}
+		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: st.Epoch})
+		cl.Close()
+		switch {
+		case c.ctx.Err() != nil:
+			return
+		case err != nil:
+			// The connection broke: the owner exited or crashed.
+			c.promoteIfOrphaned("owner connection lost")
+		case resp.Leaving || resp.Role != api.Role_ROLE_OWNER || resp.Epoch != st.Epoch:
+			if c.cfg.OnResync != nil && c.currentRole() == api.Role_ROLE_STANDBY {
+				c.cfg.OnResync(fmt.Sprintf("owner %s changed (role %s, leaving %v)",
+					st.Instance.GetId(), roleName(resp.Role), resp.Leaving))
+			}
+		}
+		// Give the resync (or a new owner) time to act before watching again.
+		if !backoff.wait(c.ctx) {
+			return
+		}
+	}
+}
+
+// watchSuccessor runs on a retired instance: if its successor disappears
+// while nobody else owns the plugin, it takes ownership back.
+func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64) {
+	defer c.wg.Done()
+	if cl, err := Dial(c.ctx, c.cfg.Dir.InstanceSocket(successor.Id)); err == nil {
+		inOrder := c.watchUntilGone(cl, epoch)
+		cl.Close()
+		if inOrder || c.ctx.Err() != nil {
+			return
+		}
+	}
+	c.promoteIfOrphaned("successor " + successor.Id + " gone")
+}
+
+// watchUntilGone watches the instance behind cl. It returns true when that
+// instance handed ownership on in order (its own successor watches it now),
+// false once its connection is gone.
+func (c *Coordinator) watchUntilGone(cl *Client, epoch uint64) bool {
+	for {
+		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: epoch})
+		switch {
+		case err != nil:
+			return false
+		case resp.Role == api.Role_ROLE_RETIRED && !resp.Leaving:
+			return true
+		case resp.Leaving:
+			select {
+			case <-cl.Closed():
+			case <-c.ctx.Done():
+			}
+			return false
+		}
+		epoch = resp.Epoch
+	}
+}
+
+// promoteIfOrphaned makes this instance owner, outside a Synchronize, when
+// no live instance owns the plugin. The previous owner is gone, so it cannot
+// act any more: taking over between two of its events is safe.
+func (c *Coordinator) promoteIfOrphaned(why string) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+	defer cancel()
+	unlock, err := c.cfg.Dir.Lock(ctx)
+	if err != nil {
+		c.log.WithError(err).Warn("promotion: claim lock busy")
+		return
+	}
+	defer unlock()
+	role := c.currentRole()
+	if role == api.Role_ROLE_OWNER || c.isClosed() || c.ownerAlive(ctx) {
+		return
+	}
+	if _, err := c.becomeOwner(nil, 0, "promoted: "+why); err != nil {
+		c.log.WithError(err).Warn("promotion: publish failed")
+	}
+	c.mu.Lock()
+	epoch := c.epoch
+	c.mu.Unlock()
+	if c.cfg.OnPromoted != nil {
+		c.cfg.OnPromoted(epoch)
+	}
+}
+
+func (c *Coordinator) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// Leave is called when the instance is asked to stop. An owner tells its
+// standbys that it is leaving and waits, until ctx ends, for one of them to
+// take over; whatever the outcome, the instance acts on no event afterwards.
+// It returns true if ownership was handed over (or was not held).
+func (c *Coordinator) Leave(ctx context.Context) bool {
+	c.mu.Lock()
+	if c.role == api.Role_ROLE_OWNER && len(c.watchers) > 0 {
+		c.leaving = true
+		c.notifyLocked()
+		c.log.WithField("standbys", len(c.watchers)).Info("leaving: waiting for a standby to take over")
+	}
+	for c.role == api.Role_ROLE_OWNER && c.leaving {
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			c.mu.Lock()
+			c.log.Warn("leaving: no standby took over in time")
+			c.mu.Unlock()
+			goto stop
+		}
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+stop:
+	c.events.Lock()
+	c.mu.Lock()
+	handed := c.role != api.Role_ROLE_OWNER
+	c.leaving = true
+	if c.role == api.Role_ROLE_OWNER || c.role == api.Role_ROLE_STANDBY || c.role == api.Role_ROLE_JOINING {
+		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
+	}
+	c.mu.Unlock()
+	c.events.Unlock()
+	return handed
+}
+
+// Close stops the handover service and the coordinator's goroutines. The
+// instance's own socket file is removed; the owner name and the key file
+// are never touched, so a successor that serves them is not disturbed.
+func (c *Coordinator) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.cancel()
+	if c.server != nil {
+		_ = c.server.Close()
+	}
+	c.wg.Wait()
+}
+
+// roleName is a short lower-case name of a role for logs and reasons.
+func roleName(r api.Role) string {
+	switch r {
+	case api.Role_ROLE_JOINING:
+		return "joining"
+	case api.Role_ROLE_OWNER:
+		return "owner"
+	case api.Role_ROLE_STANDBY:
+		return "standby"
+	case api.Role_ROLE_RETIRED:
+		return "retired"
+	}
+	return "unknown"
+}
+
+// RoleName is the short name of a role used in logs, status and probes.
+func RoleName(r api.Role) string { return roleName(r) }
+
+// service adapts the Coordinator to the generated ttrpc interface.
+type service struct{ c *Coordinator }
+
+func (s *service) Status(context.Context, *api.StatusRequest) (*api.StatusResponse, error) {
+	return s.c.Status(), nil
+}
+
+func (s *service) Yield(_ context.Context, req *api.YieldRequest) (*api.YieldResponse, error) {
+	return s.c.yield(req), nil
+}
+
+func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {
+	return s.c.watch(ctx, req)
+}
+
+// backoff spaces out retries: 10 ms doubling up to 2 s.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 10 * time.Millisecond} }
+
+func (b *backoff) wait(ctx context.Context) bool {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	b.next = min(2*b.next, 2*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

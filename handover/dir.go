@@ -1,0 +1,210 @@
+package handover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRoot is the node-local directory under which every plugin gets its
+// own handover directory.
+const DefaultRoot = "/var/run/nri-handover"
+
+// File names inside a plugin's handover directory.
+const (
+	ownerSocketName = "owner.sock"
+	lockFileName    = "lock"
+	keyFileName     = "stamp.key"
+	epochFileName   = "epoch"
+	instanceSuffix  = ".sock"
+	instancesDir    = "instances"
+)
+
+// Dir is the handover directory of one plugin on one node. It holds the
+// well-known owner socket, one socket per running instance, the lock that
+// serializes claims, the stamp key and the last epoch. Nothing in it is ever
+// removed by an instance other than its own instance socket.
+type Dir struct {
+	path   string
+	plugin string
+}
+
+// OpenDir creates (0700) or checks the handover directory of plugin under
+// root. An existing directory that other users can write to, or that is not
+// owned by this user, is refused: its sockets would not be trustworthy.
+func OpenDir(root, plugin string) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("handover directory: empty root path")
+	}
+	if err := validatePluginName(plugin); err != nil {
+		return nil, err
+	}
+	root = filepath.Clean(root)
+	d := &Dir{path: filepath.Join(root, plugin), plugin: plugin}
+	for _, p := range []string{root, d.path, filepath.Join(d.path, instancesDir)} {
+		if err := ensurePrivateDir(p); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func validatePluginName(plugin string) error {
+	if plugin == "" || len(plugin) > 63 || strings.ContainsAny(plugin, "/\x00") ||
+		plugin == "." || plugin == ".." {
+		return fmt.Errorf("invalid plugin name %q for a handover directory", plugin)
+	}
+	return nil
+}
+
+// ensurePrivateDir creates path with mode 0700 if it is missing and checks
+// that an existing one is a directory owned by us that nobody else can write.
+func ensurePrivateDir(path string) error {
+	err := os.Mkdir(path, 0o700)
+	if err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("handover directory %s: %w", path, err)
+	}
+	info, err := os.Lstat(path)
+	if err != nil {
+		return fmt.Errorf("handover directory %s: %w", path, err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("handover directory %s: not a directory", path)
+	}
+	if info.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("handover directory %s: mode %v lets other users write; want 0700",
+			path, info.Mode().Perm())
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("handover directory %s: owned by uid %d, not by this process (uid %d)",
+			path, st.Uid, os.Geteuid())
+	}
+	// Probe for write access now, so a read-only mount fails at start with
+	// a clear message rather than at the first handover.
+	if err := unix.Access(path, unix.W_OK|unix.X_OK); err != nil {
+		return fmt.Errorf("handover directory %s: not writable: %w", path, err)
+	}
+	return nil
+}
+
+// Path is the plugin's handover directory.
+func (d *Dir) Path() string { return d.path }
+
+// Plugin is the plugin name the directory belongs to.
+func (d *Dir) Plugin() string { return d.plugin }
+
+// OwnerSocket is the well-known socket path of the current owner.
+func (d *Dir) OwnerSocket() string { return filepath.Join(d.path, ownerSocketName) }
+
+// InstanceSocket is the socket path of the instance with the given id.
+func (d *Dir) InstanceSocket(id string) string {
+	return filepath.Join(d.path, instancesDir, id+instanceSuffix)
+}
+
+// KeyPath is the stamp key file shared by the plugin's instances.
+func (d *Dir) KeyPath() string { return filepath.Join(d.path, keyFileName) }
+
+// InstanceSockets lists the sockets of instances that may be running.
+func (d *Dir) InstanceSockets() ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(d.path, instancesDir))
+	if err != nil {
+		return nil, fmt.Errorf("list instances in %s: %w", d.path, err)
+	}
+	var out []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), instanceSuffix) {
+			out = append(out, filepath.Join(d.path, instancesDir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// lockRetry is how often a busy claim lock is tried again.
+const lockRetry = time.Millisecond
+
+// Lock takes the directory's claim lock (flock), waiting until ctx ends. The
+// kernel drops the lock when the holder dies, so a crash never wedges it.
+func (d *Dir) Lock(ctx context.Context) (unlock func(), err error) {
+	path := filepath.Join(d.path, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open claim lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+				_ = f.Close()
+			}, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
+			_ = f.Close()
+			return nil, fmt.Errorf("take claim lock %s: %w", path, err)
+		}
+		// flock(2) cannot be cancelled, so a bounded wait polls it.
+		t := time.NewTimer(lockRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			_ = f.Close()
+			return nil, fmt.Errorf("take claim lock %s: another handover is in progress: %w",
+				path, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// publishOwner makes instanceSocket reachable under the owner socket name.
+// The name is swapped atomically (link to a temporary name, then rename), so
+// a client dialing the owner socket always finds one of the two owners and
+// the previous owner's own socket file is left untouched. Call with the lock.
+func (d *Dir) publishOwner(instanceSocket string) error {
+	tmp := d.OwnerSocket() + ".tmp-" + strconv.Itoa(os.Getpid())
+	_ = os.Remove(tmp)
+	if err := os.Link(instanceSocket, tmp); err != nil {
+		return fmt.Errorf("publish owner socket: %w", err)
+	}
+	if err := os.Rename(tmp, d.OwnerSocket()); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("publish owner socket: %w", err)
+	}
+	return nil
+}
+
+// readEpoch returns the last epoch recorded on this node (0 if none).
+func (d *Dir) readEpoch() (uint64, error) {
+	b, err := os.ReadFile(filepath.Join(d.path, epochFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read epoch: %w", err)
+	}
+	e, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read epoch %s: %w", filepath.Join(d.path, epochFileName), err)
+	}
+	return e, nil
+}
+
+// writeEpoch records epoch atomically. Call with the lock.
+func (d *Dir) writeEpoch(epoch uint64) error {
+	path := filepath.Join(d.path, epochFileName)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(epoch, 10)+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write epoch: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write epoch: %w", err)
+	}
+	return nil
+}

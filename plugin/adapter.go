@@ -1,0 +1,301 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/stamp"
+)
+
+// eventsOf returns the events the author's plugin has handlers for.
+func eventsOf(p interface{}) api.EventMask {
+	var m api.EventMask
+	set := func(ok bool, e api.Event) {
+		if ok {
+			m.Set(e)
+		}
+	}
+	_, ok := p.(stub.RunPodInterface)
+	set(ok, api.Event_RUN_POD_SANDBOX)
+	_, ok = p.(stub.UpdatePodInterface)
+	set(ok, api.Event_UPDATE_POD_SANDBOX)
+	_, ok = p.(stub.PostUpdatePodInterface)
+	set(ok, api.Event_POST_UPDATE_POD_SANDBOX)
+	_, ok = p.(stub.StopPodInterface)
+	set(ok, api.Event_STOP_POD_SANDBOX)
+	_, ok = p.(stub.RemovePodInterface)
+	set(ok, api.Event_REMOVE_POD_SANDBOX)
+	_, ok = p.(stub.CreateContainerInterface)
+	set(ok, api.Event_CREATE_CONTAINER)
+	_, ok = p.(stub.PostCreateContainerInterface)
+	set(ok, api.Event_POST_CREATE_CONTAINER)
+	_, ok = p.(stub.StartContainerInterface)
+	set(ok, api.Event_START_CONTAINER)
+	_, ok = p.(stub.PostStartContainerInterface)
+	set(ok, api.Event_POST_START_CONTAINER)
+	_, ok = p.(stub.UpdateContainerInterface)
+	set(ok, api.Event_UPDATE_CONTAINER)
+	_, ok = p.(stub.PostUpdateContainerInterface)
+	set(ok, api.Event_POST_UPDATE_CONTAINER)
+	_, ok = p.(stub.StopContainerInterface)
+	set(ok, api.Event_STOP_CONTAINER)
+	_, ok = p.(stub.RemoveContainerInterface)
+	set(ok, api.Event_REMOVE_CONTAINER)
+	return m
+}
+
+// adapter is the plugin the NRI stub sees. It implements every handler
+// interface and gates each event on this instance's role before handing
+// it to the author. Its Configure subscribes only to the events the author
+// handles, plus CreateContainer for stamping.
+type adapter struct{ p *Plugin }
+
+var (
+	_ stub.ConfigureInterface           = (*adapter)(nil)
+	_ stub.SynchronizeInterface         = (*adapter)(nil)
+	_ stub.CreateContainerInterface     = (*adapter)(nil)
+	_ stub.UpdateContainerInterface     = (*adapter)(nil)
+	_ stub.StopContainerInterface       = (*adapter)(nil)
+	_ stub.RunPodInterface              = (*adapter)(nil)
+	_ stub.PostUpdatePodInterface       = (*adapter)(nil)
+	_ stub.UpdatePodInterface           = (*adapter)(nil)
+	_ stub.StopPodInterface             = (*adapter)(nil)
+	_ stub.RemovePodInterface           = (*adapter)(nil)
+	_ stub.StartContainerInterface      = (*adapter)(nil)
+	_ stub.PostCreateContainerInterface = (*adapter)(nil)
+	_ stub.PostStartContainerInterface  = (*adapter)(nil)
+	_ stub.PostUpdateContainerInterface = (*adapter)(nil)
+	_ stub.RemoveContainerInterface     = (*adapter)(nil)
+)
+
+// Configure subscribes to the author's events (narrowed by the author's own
+// Configure, if any) and always to CreateContainer, which stamps.
+func (a *adapter) Configure(ctx context.Context, config, runtime, version string) (api.EventMask, error) {
+	events := a.p.handles
+	if h, ok := a.p.author.(stub.ConfigureInterface); ok {
+		m, err := h.Configure(ctx, config, runtime, version)
+		if err != nil {
+			return 0, err
+		}
+		if m != 0 {
+			events = m & a.p.handles
+		}
+	}
+	events.Set(api.Event_CREATE_CONTAINER)
+	return events, nil
+}
+
+// Synchronize is where ownership moves: the runtime runs no event while a
+// plugin synchronizes, so the claim made here falls exactly between two
+// events for every instance. Only the owner's author sees Synchronize, with
+// the containers no instance of this plugin has stamped.
+func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p := a.p
+	wasOwner := p.coord.Status().Role == RoleOwner
+	role, err := p.coord.Claim(ctx)
+	if err != nil {
+		p.log.WithError(err).Warn("claim failed; this instance does not act")
+	}
+	if role != RoleOwner {
+		return nil, nil
+	}
+
+	var fresh []*api.Container
+	var older []*StampedContainer
+	for _, c := range ctrs {
+		st, err := p.verify(c)
+		switch {
+		case err != nil:
+			fresh = append(fresh, c)
+		case st.Older(p.version):
+			older = append(older, &StampedContainer{Container: c, Stamp: st})
+		}
+	}
+	var updates []*api.ContainerUpdate
+	if h, ok := p.author.(stub.SynchronizeInterface); ok {
+		if updates, err = h.Synchronize(ctx, pods, fresh); err != nil {
+			return nil, err
+		}
+	}
+	if r, ok := p.author.(ReconcileInterface); ok && !wasOwner {
+		go func() {
+			if err := r.Reconcile(context.Background(), p, older); err != nil {
+				p.log.WithError(err).Warn("reconcile failed")
+			}
+		}()
+	}
+	return updates, nil
+}
+
+// verify returns a container's stamp of this plugin. A forged or malformed
+// stamp is logged, counted and reported as an error, i.e. treated as absent.
+func (p *Plugin) verify(c *api.Container) (stamp.Stamp, error) {
+	st, err := p.signer.Verify(c.GetId(), c.GetAnnotations())
+	if err != nil && !errors.Is(err, stamp.ErrNoStamp) {
+		p.badStamps.Add(1)
+		p.log.WithError(err).WithField("container", c.GetId()).Warn("ignoring invalid stamp")
+	}
+	return st, err
+}
+
+// gate enters the event section and reports whether this instance acts.
+// The caller must call p.coord.Exit when done.
+func (p *Plugin) gate(event, id string) bool {
+	role := p.coord.Enter()
+	if role == RoleOwner {
+		p.acted.Add(1)
+		return true
+	}
+	p.skip(event, id, role)
+	return false
+}
+
+// skip counts and logs an event this instance does not act on.
+func (p *Plugin) skip(event, id string, role Role) {
+	p.skipped.Add(1)
+	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+		p.log.WithFields(logrus.Fields{"event": event, "object": id, "role": role.String()}).
+			Debug("skipped: this instance does not own the plugin")
+	}
+}
+
+// CreateContainer hands the container to the author when this instance owns
+// it and no other instance stamped it already, then adds the stamp.
+func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	p := a.p
+	role := p.coord.Enter()
+	defer p.coord.Exit()
+	if role != RoleOwner {
+		p.skip("CreateContainer", c.GetId(), role)
+		return nil, nil, nil
+	}
+	if st, err := p.verify(c); err == nil {
+		// Another instance of this plugin got here first; a second claim on
+		// the same fields would make the runtime reject the container.
+		p.skippedStamped.Add(1)
+		p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
+			Debug("skipped: container already stamped")
+		return nil, nil, nil
+	}
+	p.acted.Add(1)
+	var (
+		adjust  *api.ContainerAdjustment
+		updates []*api.ContainerUpdate
+		err     error
+	)
+	if h, ok := p.author.(stub.CreateContainerInterface); ok {
+		if adjust, updates, err = h.CreateContainer(ctx, pod, c); err != nil {
+			return nil, nil, err
+		}
+	}
+	value, err := p.signer.Sign(c.GetId(), p.version, p.self.Id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if adjust == nil {
+		adjust = &api.ContainerAdjustment{}
+	}
+	adjust.AddAnnotation(p.signer.Key(), value)
+	p.stamped.Add(1)
+	return adjust, updates, nil
+}
+
+func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	defer a.p.coord.Exit()
+	if !a.p.gate("UpdateContainer", c.GetId()) {
+		return nil, nil
+	}
+	return a.p.author.(stub.UpdateContainerInterface).UpdateContainer(ctx, pod, c, r)
+}
+
+func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	defer a.p.coord.Exit()
+	if !a.p.gate("StopContainer", c.GetId()) {
+		return nil, nil
+	}
+	return a.p.author.(stub.StopContainerInterface).StopContainer(ctx, pod, c)
+}
+
+func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
+	defer a.p.coord.Exit()
+	if !a.p.gate("UpdatePodSandbox", pod.GetId()) {
+		return nil
+	}
+	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
+}
+
+// podEvent gates a pod event with no result other than an error.
+func (a *adapter) podEvent(event string, pod *api.PodSandbox, call func() error) error {
+	defer a.p.coord.Exit()
+	if !a.p.gate(event, pod.GetId()) {
+		return nil
+	}
+	return call()
+}
+
+// containerEvent gates a container event with no result other than an error.
+func (a *adapter) containerEvent(event string, c *api.Container, call func() error) error {
+	defer a.p.coord.Exit()
+	if !a.p.gate(event, c.GetId()) {
+		return nil
+	}
+	return call()
+}
+
+func (a *adapter) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return a.podEvent("RunPodSandbox", pod, func() error {
+		return a.p.author.(stub.RunPodInterface).RunPodSandbox(ctx, pod)
+	})
+}
+
+func (a *adapter) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return a.podEvent("PostUpdatePodSandbox", pod, func() error {
+		return a.p.author.(stub.PostUpdatePodInterface).PostUpdatePodSandbox(ctx, pod)
+	})
+}
+
+func (a *adapter) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return a.podEvent("StopPodSandbox", pod, func() error {
+		return a.p.author.(stub.StopPodInterface).StopPodSandbox(ctx, pod)
+	})
+}
+
+func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	return a.podEvent("RemovePodSandbox", pod, func() error {
+		return a.p.author.(stub.RemovePodInterface).RemovePodSandbox(ctx, pod)
+	})
+}
+
+func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	return a.containerEvent("StartContainer", c, func() error {
+		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
+	})
+}
+
+func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	return a.containerEvent("PostCreateContainer", c, func() error {
+		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
+	})
+}
+
+func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	return a.containerEvent("PostStartContainer", c, func() error {
+		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
+	})
+}
+
+func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	return a.containerEvent("PostUpdateContainer", c, func() error {
+		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
+	})
+}
+
+func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	return a.containerEvent("RemoveContainer", c, func() error {
+		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
+	})
+}

@@ -1,0 +1,406 @@
+// Package plugin is the harness NRI plugin authors import to get
+// zero-downtime upgrades. It wraps the NRI stub: an author's plugin keeps the
+// stub's handler shapes (one-method interfaces found by type assertion), and
+// the harness
+//
+//   - registers with the runtime and takes part in the handover protocol
+//     (package handover) from inside its Synchronize call;
+//   - calls the author's handlers only while this instance owns the plugin,
+//     so that of two instances running side by side exactly one acts on each
+//     event;
+//   - stamps every container it creates with a versioned, authenticated
+//     annotation (package stamp) and never hands a container stamped by
+//     another instance to the author's CreateContainer or Synchronize;
+//   - calls an optional Reconcile hook once after it becomes owner, with the
+//     containers that older versions stamped.
+//
+// Converting a stub plugin means replacing stub.New with plugin.New and
+// adding plugin.WithVersion; see the package example.
+package plugin
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/hashicorp/go-version"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/handover"
+	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/stamp"
+)
+
+// StampedContainer is a container that an instance of this plugin stamped.
+type StampedContainer struct {
+	Container *api.Container
+	Stamp     stamp.Stamp
+}
+
+// ReconcileInterface is implemented by plugins that bring containers
+// processed by an older version up to date. Reconcile is called once, in
+// its own goroutine, each time this instance becomes owner, with the
+// containers whose stamp names an older version (possibly none). It runs
+// outside any NRI request, so it may call Plugin.UpdateContainers.
+type ReconcileInterface interface {
+	Reconcile(ctx context.Context, p *Plugin, olderStamped []*StampedContainer) error
+}
+
+// Role is the part an instance plays; only RoleOwner acts on events.
+type Role = hapi.Role
+
+// Roles, re-exported from the handover protocol.
+const (
+	RoleJoining = hapi.Role_ROLE_JOINING
+	RoleOwner   = hapi.Role_ROLE_OWNER
+	RoleStandby = hapi.Role_ROLE_STANDBY
+	RoleRetired = hapi.Role_ROLE_RETIRED
+)
+
+// Stats counts what an instance did. All fields only grow.
+type Stats struct {
+	Acted          uint64 // events handed to the author's handlers
+	Skipped        uint64 // events not handed over because this instance did not own them
+	SkippedStamped uint64 // containers not handed over because another instance stamped them
+	BadStamps      uint64 // forged or malformed stamps seen (treated as absent)
+	Stamped        uint64 // containers this instance stamped
+	Disconnects    uint64 // runtime connections lost without being asked to stop
+}
+
+// Plugin is one instance of an NRI plugin run by the harness.
+type Plugin struct {
+	cfg     config
+	author  interface{}
+	handles api.EventMask // events the author implements
+	version *version.Version
+	self    *hapi.Instance
+	coord   *handover.Coordinator
+	signer  *stamp.Signer
+	log     *logrus.Entry
+
+	resync chan string // a standby should claim again in a new Synchronize
+
+	stubMu sync.Mutex
+	stub   stub.Stub // the current runtime connection; nil between connections
+
+	acted, skipped, skippedStamped, badStamps, stamped, disconnects atomic.Uint64
+}
+
+// New creates an instance of the plugin p, which implements any of the NRI
+// stub's handler interfaces (stub.CreateContainerInterface and so on) and
+// optionally ReconcileInterface. WithVersion is required. New opens the
+// handover directory, loads (or creates) the stamp key and starts serving
+// the handover protocol; Run connects to the runtime.
+func New(p interface{}, opts ...Option) (*Plugin, error) {
+	c := config{started: time.Now()}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, fmt.Errorf("plugin option: %w", err)
+		}
+	}
+	if err := c.applyDefaults(); err != nil {
+		return nil, err
+	}
+	if c.version == "" {
+		return nil, errors.New("plugin version not set: use plugin.WithVersion")
+	}
+	v, err := stamp.ParseVersion(c.version)
+	if err != nil {
+		return nil, err
+	}
+	if err := resolveIdentity(&c); err != nil {
+		return nil, err
+	}
+	if c.instance == "" {
+		c.instance = randomID()
+	}
+	handles := eventsOf(p)
+	if handles == 0 {
+		if _, ok := p.(ReconcileInterface); !ok {
+			return nil, fmt.Errorf("plugin %T implements no NRI handler interface", p)
+		}
+	}
+
+	pl := &Plugin{
+		cfg:     c,
+		author:  p,
+		handles: handles,
+		version: v,
+		resync:  make(chan string, 1),
+		self: &hapi.Instance{
+			Plugin: c.name, Id: c.instance, Version: v.Original(),
+			StartedUnixNano: c.started.UnixNano(), Pid: int32(os.Getpid()),
+		},
+	}
+	pl.log = c.log.WithFields(logrus.Fields{"plugin": c.name, "version": v.Original(), "instance": c.instance})
+
+	dir, err := handover.OpenDir(c.root, c.name)
+	if err != nil {
+		return nil, err
+	}
+	key, err := stamp.LoadOrCreateKey(dir.KeyPath())
+	if err != nil {
+		return nil, fmt.Errorf("stamp key: %w", err)
+	}
+	if pl.signer, err = stamp.NewSigner(c.name, key); err != nil {
+		return nil, err
+	}
+	pl.coord, err = handover.New(handover.Config{
+		Dir:          dir,
+		Self:         pl.self,
+		Policy:       c.policy,
+		ClaimTimeout: c.claimTimeout,
+		Log:          c.log,
+		OnResync:     pl.requestResync,
+		OnPromoted: func(epoch uint64) {
+			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished")
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// resolveIdentity takes the name and index from options, else from the NRI
+// environment, else from the binary's name ("10-myplugin"), as the stub does.
+func resolveIdentity(c *config) error {
+	if c.name == "" {
+		c.name = os.Getenv(api.PluginNameEnvVar)
+	}
+	if c.idx == "" {
+		c.idx = os.Getenv(api.PluginIdxEnvVar)
+	}
+	if c.name == "" || c.idx == "" {
+		idx, name, err := api.ParsePluginName(filepath.Base(os.Args[0]))
+		if c.idx == "" {
+			if err != nil {
+				return fmt.Errorf("plugin index not set (option, -idx, $%s or an NN- binary name): %w",
+					api.PluginIdxEnvVar, err)
+			}
+			c.idx = idx
+		}
+		if c.name == "" {
+			if err == nil {
+				c.name = name
+			} else {
+				c.name = filepath.Base(os.Args[0])
+			}
+		}
+	}
+	if len(c.idx) != 2 || c.idx[0] < '0' || c.idx[0] > '9' || c.idx[1] < '0' || c.idx[1] > '9' {
+		return fmt.Errorf("invalid plugin index %q: want two digits", c.idx)
+	}
+	if _, err := stamp.AnnotationKey(c.name); err != nil {
+		return fmt.Errorf("plugin name: %w", err)
+	}
+	return nil
+}
+
+func randomID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	host, _ := os.Hostname()
+	if len(host) > 40 {
+		host = host[:40]
+	}
+	if host == "" {
+		host = "instance"
+	}
+	return fmt.Sprintf("%s-%s", sanitizeID(host), hex.EncodeToString(b))
+}
+
+func sanitizeID(s string) string {
+	out := []byte(s)
+	for i, ch := range out {
+		ok := ch == '-' || ch == '_' || ch == '.' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z'
+		if !ok {
+			out[i] = '-'
+		}
+	}
+	return string(out)
+}
+
+// Instance returns this instance's identity as the handover protocol
+// reports it.
+func (p *Plugin) Instance() *hapi.Instance { return p.self }
+
+// Name is the plugin name; Idx its index.
+func (p *Plugin) Name() string { return p.cfg.name }
+
+// Idx is the plugin's registration index.
+func (p *Plugin) Idx() string { return p.cfg.idx }
+
+// Version is the plugin's own version.
+func (p *Plugin) Version() *version.Version { return p.version }
+
+// Role is this instance's current role.
+func (p *Plugin) Role() Role { return p.coord.Status().Role }
+
+// Ready reports whether this instance owns the plugin, with a reason; use
+// it for a readiness probe so that a rollout waits for the handover.
+func (p *Plugin) Ready() (bool, string) { return p.coord.Ready() }
+
+// Status is this instance's handover state.
+func (p *Plugin) Status() *hapi.StatusResponse { return p.coord.Status() }
+
+// RoleChanged returns a channel that is closed at the next role change.
+func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }
+
+// Stats returns the instance's counters.
+func (p *Plugin) Stats() Stats {
+	return Stats{
+		Acted: p.acted.Load(), Skipped: p.skipped.Load(), SkippedStamped: p.skippedStamped.Load(),
+		BadStamps: p.badStamps.Load(), Stamped: p.stamped.Load(), Disconnects: p.disconnects.Load(),
+	}
+}
+
+// ErrNotOwner is returned by UpdateContainers on an instance that does not
+// own the plugin: a retiring or standby instance must not disturb the owner.
+var ErrNotOwner = errors.New("this instance does not own the plugin")
+
+// UpdateContainers requests unsolicited container updates from the runtime,
+// as stub.UpdateContainers does, but only while this instance is owner.
+// Never call it from inside an event handler: the runtime holds its lock
+// for the event then, and the call would deadlock.
+func (p *Plugin) UpdateContainers(updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
+	if p.Role() != RoleOwner {
+		return nil, ErrNotOwner
+	}
+	p.stubMu.Lock()
+	s := p.stub
+	p.stubMu.Unlock()
+	if s == nil {
+		return nil, stub.ErrNoService
+	}
+	failed, err := s.UpdateContainers(updates)
+	if err != nil {
+		return failed, fmt.Errorf("update containers: %w", err)
+	}
+	return failed, nil
+}
+
+func (p *Plugin) requestResync(reason string) {
+	select {
+	case p.resync <- reason:
+	default: // one is pending already
+	}
+}
+
+// Run connects to the runtime and serves until ctx ends, reconnecting with
+// backoff when the runtime goes away. When ctx ends, an owner first hands
+// over to a standby (bounded by the leave timeout), then disconnects. Run
+// returns nil after a clean stop.
+func (p *Plugin) Run(ctx context.Context) error {
+	defer p.coord.Close()
+	delay := newRetryDelay()
+	for {
+		s, closed, err := p.connect(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				p.leave()
+				return nil
+			}
+			p.log.WithError(err).Warn("cannot connect to the runtime; retrying")
+			if !delay.wait(ctx) {
+				p.leave()
+				return nil
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			p.leave()
+			p.disconnect(s)
+			return nil
+		case <-closed:
+			p.disconnects.Add(1)
+			p.log.Warn("runtime connection lost; reconnecting")
+			p.disconnect(s)
+			if !delay.wait(ctx) {
+				p.leave()
+				return nil
+			}
+		case reason := <-p.resync:
+			p.log.WithField("reason", reason).Info("reconnecting to claim ownership in a new Synchronize")
+			p.disconnect(s)
+			delay.reset()
+		}
+	}
+}
+
+// connect creates a stub for this instance and starts it. The returned
+// channel is closed if the connection is lost while in use.
+func (p *Plugin) connect(ctx context.Context) (stub.Stub, <-chan struct{}, error) {
+	closed := make(chan struct{})
+	var once sync.Once
+	opts := append([]stub.Option{
+		stub.WithPluginName(p.cfg.name),
+		stub.WithPluginIdx(p.cfg.idx),
+		stub.WithOnClose(func() { once.Do(func() { close(closed) }) }),
+	}, p.cfg.stubOptions...)
+	if p.cfg.socketPath != "" {
+		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
+	}
+	s, err := stub.New(&adapter{p: p}, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create NRI stub: %w", err)
+	}
+	p.stubMu.Lock()
+	p.stub = s
+	p.stubMu.Unlock()
+	if err := s.Start(ctx); err != nil {
+		p.disconnect(s)
+		return nil, nil, fmt.Errorf("start NRI stub: %w", err)
+	}
+	return s, closed, nil
+}
+
+func (p *Plugin) disconnect(s stub.Stub) {
+	p.stubMu.Lock()
+	if p.stub == s {
+		p.stub = nil
+	}
+	p.stubMu.Unlock()
+	s.Stop()
+}
+
+// leave hands ownership to a standby, if there is one, before this instance
+// stops; afterwards the instance acts on nothing.
+func (p *Plugin) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
+	defer cancel()
+	if handed := p.coord.Leave(ctx); handed {
+		p.log.Info("stopped; ownership is with another instance")
+	} else {
+		p.log.Info("stopped as owner; no standby took over")
+	}
+}
+
+// retryDelay spaces out reconnections: 50 ms doubling up to 5 s.
+type retryDelay struct{ next time.Duration }
+
+func newRetryDelay() *retryDelay { return &retryDelay{next: 50 * time.Millisecond} }
+
+func (d *retryDelay) reset() { d.next = 50 * time.Millisecond }
+
+func (d *retryDelay) wait(ctx context.Context) bool {
+	t := time.NewTimer(d.next)
+	defer t.Stop()
+	d.next = min(2*d.next, 5*time.Second)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,61 @@
+// Command nri-audit runs the audit sample plugin under the nri-handover
+// harness against a runtime's NRI socket.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/sample-plugins/audit"
+)
+
+// version is set at build time: -ldflags "-X main.version=2.0.0".
+var version = "1.0.0"
+
+func main() {
+	flags := plugin.RegisterFlags(flag.CommandLine)
+	ledger := flag.String("ledger", "/var/log/nri-audit.log", "file to append one line per acted event to")
+	ver := flag.String("version", version, "plugin version to report and stamp")
+	debug := flag.Bool("debug", false, "log every skipped event")
+	flag.Parse()
+	if *debug {
+		logrus.SetLevel(logrus.DebugLevel)
+	}
+	if err := run(flags, *ledger, *ver); err != nil {
+		fmt.Fprintln(os.Stderr, "nri-audit:", err)
+		os.Exit(1)
+	}
+}
+
+func run(flags *plugin.Flags, ledgerPath, ver string) error {
+	opts, err := flags.Options()
+	if err != nil {
+		return err
+	}
+	rec := &lazyRecorder{}
+	p, err := plugin.New(&audit.Plugin{Version: ver, Recorder: rec}, append(opts, plugin.WithVersion(ver))...)
+	if err != nil {
+		return err
+	}
+	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().Id, ver)
+	if err != nil {
+		return err
+	}
+	defer fr.Close()
+	rec.r = fr
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return p.Run(ctx)
+}
+
+// lazyRecorder lets the recorder learn the instance id the harness chose.
+type lazyRecorder struct{ r audit.Recorder }
+
+func (l *lazyRecorder) Record(event, id string) error { return l.r.Record(event, id) }
