@@ -485,7 +485,7 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {
 	w := req.GetWatcher()
 	c.mu.Lock()
-	if w.GetId() != "" {
+	if w.GetId() != "" && req.GetWatcherRole() == api.Role_ROLE_STANDBY {
 		c.watchers[w.Id] = w
 		c.notifyLocked()
 	}
@@ -541,7 +541,7 @@ func (c *Coordinator) watchOwner() {
 			}
 			continue
 		}
-		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: st.Epoch})
+		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: st.Epoch, WatcherRole: api.Role_ROLE_STANDBY})
 		cl.Close()
 		switch {
 		case c.ctx.Err() != nil:
@@ -581,7 +581,7 @@ func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64) {
 // false once its connection is gone.
 func (c *Coordinator) watchUntilGone(cl *Client, epoch uint64) bool {
 	for {
-		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: epoch})
+		resp, err := cl.Watch(c.ctx, &api.WatchRequest{Watcher: c.self, Epoch: epoch, WatcherRole: api.Role_ROLE_RETIRED})
 		switch {
 		case err != nil:
 			return false
@@ -632,41 +632,65 @@ func (c *Coordinator) isClosed() bool {
 }
 
 // Leave is called when the instance is asked to stop. An owner tells its
-// standbys that it is leaving and waits, until ctx ends, for one of them to
-// take over; whatever the outcome, the instance acts on no event afterwards.
+// standbys that it is leaving and waits, until ctx ends or no standby is
+// left alive, for one of them to take over (a standby reconnects to the
+// runtime and claims inside its new Synchronize, so the switch stays
+// fenced). Whatever the outcome, the instance acts on no event afterwards.
 // It returns true if ownership was handed over (or was not held).
 func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Lock()
-	if c.role == api.Role_ROLE_OWNER && len(c.watchers) > 0 {
+	var standbys []string
+	if c.role == api.Role_ROLE_OWNER {
+		for id := range c.watchers {
+			standbys = append(standbys, id)
+		}
+	}
+	if len(standbys) > 0 {
 		c.leaving = true
 		c.notifyLocked()
-		c.log.WithField("standbys", len(c.watchers)).Info("leaving: waiting for a standby to take over")
-	}
-	for c.role == api.Role_ROLE_OWNER && c.leaving {
-		ch := c.changed
-		c.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.log.Warn("leaving: no standby took over in time")
-			c.mu.Unlock()
-			goto stop
-		}
-		c.mu.Lock()
+		c.log.WithField("standbys", len(standbys)).Info("leaving: waiting for a standby to take over")
 	}
 	c.mu.Unlock()
-stop:
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for len(standbys) > 0 {
+		c.mu.Lock()
+		owner, watched, ch := c.role == api.Role_ROLE_OWNER, len(c.watchers) > 0, c.changed
+		c.mu.Unlock()
+		if !owner || (!watched && !c.anyAlive(ctx, standbys)) {
+			break
+		}
+		select {
+		case <-ch:
+		case <-tick.C: // a standby between two watches: probe again
+		case <-ctx.Done():
+			c.log.Warn("leaving: no standby took over in time")
+			standbys = nil
+		}
+	}
+
 	c.events.Lock()
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER
 	c.leaving = true
-	if c.role == api.Role_ROLE_OWNER || c.role == api.Role_ROLE_STANDBY || c.role == api.Role_ROLE_JOINING {
+	if c.role != api.Role_ROLE_RETIRED {
 		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
 	}
 	c.mu.Unlock()
 	c.events.Unlock()
 	return handed
+}
+
+// anyAlive reports whether any of the instances still serves its socket.
+func (c *Coordinator) anyAlive(ctx context.Context, ids []string) bool {
+	for _, id := range ids {
+		if cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(id)); err == nil {
+			cl.Close()
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the handover service and the coordinator's goroutines. The

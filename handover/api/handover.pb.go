@@ -305,7 +305,7 @@ type StatusResponse struct {
 	// Why the instance has its role (for standby: why it was refused).
 	Reason       string          `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	LastHandover *HandoverRecord `protobuf:"bytes,5,opt,name=last_handover,json=lastHandover,proto3" json:"last_handover,omitempty"`
-	// Instances currently watching this one (standbys).
+	// Standby instances currently watching this one.
 	Watchers      []*Instance `protobuf:"bytes,6,rep,name=watchers,proto3" json:"watchers,omitempty"`
 	Leaving       bool        `protobuf:"varint,7,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -517,7 +517,9 @@ type WatchRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Watcher *Instance              `protobuf:"bytes,1,opt,name=watcher,proto3" json:"watcher,omitempty"`
 	// Return at once if the serving instance's epoch differs.
-	Epoch         uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The watcher's own role: a leaving owner waits only for standbys.
+	WatcherRole   Role `protobuf:"varint,3,opt,name=watcher_role,json=watcherRole,proto3,enum=nrihandover.v1.Role" json:"watcher_role,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -564,6 +566,13 @@ func (x *WatchRequest) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *WatchRequest) GetWatcherRole() Role {
+	if x != nil {
+		return x.WatcherRole
+	}
+	return Role_ROLE_UNSPECIFIED
 }
 
 type WatchResponse struct {
@@ -671,10 +680,11 @@ const file_handover_proto_rawDesc = "" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12.\n" +
-	"\x05owner\x18\x04 \x01(\v2\x18.nrihandover.v1.InstanceR\x05owner\"X\n" +
+	"\x05owner\x18\x04 \x01(\v2\x18.nrihandover.v1.InstanceR\x05owner\"\x91\x01\n" +
 	"\fWatchRequest\x122\n" +
 	"\awatcher\x18\x01 \x01(\v2\x18.nrihandover.v1.InstanceR\awatcher\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x81\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x127\n" +
+	"\fwatcher_role\x18\x03 \x01(\x0e2\x14.nrihandover.v1.RoleR\vwatcherRole\"\x81\x01\n" +
 	"\rWatchResponse\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.nrihandover.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
@@ -725,18 +735,19 @@ var file_handover_proto_depIdxs = []int32{
 	1,  // 4: nrihandover.v1.YieldRequest.taker:type_name -> nrihandover.v1.Instance
 	1,  // 5: nrihandover.v1.YieldResponse.owner:type_name -> nrihandover.v1.Instance
 	1,  // 6: nrihandover.v1.WatchRequest.watcher:type_name -> nrihandover.v1.Instance
-	0,  // 7: nrihandover.v1.WatchResponse.role:type_name -> nrihandover.v1.Role
-	2,  // 8: nrihandover.v1.Handover.Status:input_type -> nrihandover.v1.StatusRequest
-	5,  // 9: nrihandover.v1.Handover.Yield:input_type -> nrihandover.v1.YieldRequest
-	7,  // 10: nrihandover.v1.Handover.Watch:input_type -> nrihandover.v1.WatchRequest
-	4,  // 11: nrihandover.v1.Handover.Status:output_type -> nrihandover.v1.StatusResponse
-	6,  // 12: nrihandover.v1.Handover.Yield:output_type -> nrihandover.v1.YieldResponse
-	8,  // 13: nrihandover.v1.Handover.Watch:output_type -> nrihandover.v1.WatchResponse
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	0,  // 7: nrihandover.v1.WatchRequest.watcher_role:type_name -> nrihandover.v1.Role
+	0,  // 8: nrihandover.v1.WatchResponse.role:type_name -> nrihandover.v1.Role
+	2,  // 9: nrihandover.v1.Handover.Status:input_type -> nrihandover.v1.StatusRequest
+	5,  // 10: nrihandover.v1.Handover.Yield:input_type -> nrihandover.v1.YieldRequest
+	7,  // 11: nrihandover.v1.Handover.Watch:input_type -> nrihandover.v1.WatchRequest
+	4,  // 12: nrihandover.v1.Handover.Status:output_type -> nrihandover.v1.StatusResponse
+	6,  // 13: nrihandover.v1.Handover.Yield:output_type -> nrihandover.v1.YieldResponse
+	8,  // 14: nrihandover.v1.Handover.Watch:output_type -> nrihandover.v1.WatchResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_handover_proto_init() }

@@ -1,0 +1,49 @@
+# nri-handover — see README.md. Every target works on a fresh clone.
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 1x
+BENCHCOUNT ?= 6
+
+.PHONY: all build demo test test-race vet lint bench proto proto-check clean
+
+all: build test
+
+build:
+	$(GO) build $(PKGS)
+	$(GO) build -o bin/ ./cmd/nri-handover ./sample-plugins/audit/cmd/nri-audit
+
+## demo: in-process NRI runtime, sample plugin upgraded v1 -> v2 and rolled back under load.
+demo:
+	$(GO) run ./cmd/nri-handover demo
+
+## test: vet, then every test with the race detector (the command CI runs).
+test: vet
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+vet:
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || \
+		{ echo "gofmt needed on:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+lint: vet proto-check
+
+## bench: Go benchmarks; compare runs with benchstat.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) $(PKGS)
+
+## proto: regenerate handover/api from handover.proto (needs protoc: apt-get install protobuf-compiler).
+proto:
+	protoc --proto_path=handover/api \
+		--plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
+		--go_out=. --go_opt=module=github.com/nri-handover/nri-handover \
+		--plugin=protoc-gen-go-ttrpc="$$($(GO) tool -n protoc-gen-go-ttrpc)" \
+		--go-ttrpc_out=. --go-ttrpc_opt=module=github.com/nri-handover/nri-handover \
+		handover/api/handover.proto
+
+## proto-check: fail if the committed generated code is stale.
+proto-check:
+	@if command -v protoc >/dev/null; then $(MAKE) -s proto && git diff --exit-code handover/api; \
+	else echo "protoc not installed; skipping proto-check"; fi
+
+clean:
+	rm -rf bin

@@ -1,0 +1,188 @@
+// Command nri-handover is the operator's and demonstrator's tool for the
+// nri-handover framework.
+//
+//	nri-handover demo [flags]   upgrade and roll back a sample plugin under load,
+//	                            on an in-process NRI runtime, and report
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/internal/rollout"
+)
+
+const usage = `usage: nri-handover <command> [flags]
+
+commands:
+  demo    run the sample plugin through upgrades and rollbacks under a stream
+          of pod and container events on an in-process NRI runtime, and print
+          what each version handled, duplicates and misses
+
+run 'nri-handover <command> -h' for the command's flags
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	var err error
+	switch os.Args[1] {
+	case "demo":
+		err = demo(os.Args[2:], os.Stdout)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "nri-handover: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nri-handover:", err)
+		os.Exit(1)
+	}
+}
+
+// errGuarantee is returned when a run broke a guarantee: the exit code
+// tells scripts, the report tells people.
+var errGuarantee = errors.New("guarantees broken: see the report")
+
+// demoReport is the --json output.
+type demoReport struct {
+	Events           int            `json:"events"`
+	Duplicates       int            `json:"duplicates"`
+	Missed           int            `json:"missed"`
+	Handovers        int            `json:"handovers"`
+	MaxSwitchDelayUS int64          `json:"max_switch_delay_us"`
+	MaxHandoverUS    int64          `json:"max_handover_us"`
+	MaxEventUS       int64          `json:"max_event_us"`
+	FailedCreates    int            `json:"failed_creates"`
+	Dropped          int            `json:"dropped"`
+	Acted            map[string]int `json:"acted"`
+	Instances        int            `json:"instances"`
+	ElapsedMS        int64          `json:"elapsed_ms"`
+	OK               bool           `json:"ok"`
+	Problems         []string       `json:"problems,omitempty"`
+}
+
+func demo(args []string, out io.Writer) error {
+	def := rollout.DefaultConfig()
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	events := fs.Int("events", def.Events, "minimum number of NRI events to deliver")
+	handovers := fs.Int("handovers", def.Handovers, "number of handovers (upgrades and rollbacks)")
+	versions := fs.String("versions", strings.Join(def.Versions, ","), "versions cycled through by successive instances")
+	containers := fs.Int("containers", def.ContainersPerPod, "containers per pod")
+	workers := fs.Int("workers", def.Workers, "concurrent pod lifecycles")
+	order := fs.String("order", "same", "chain position of newcomers: same (same index, as a DaemonSet) or alternate (newcomer first and second in turn)")
+	seed := fs.Int64("seed", def.Seed, "seed of the random handover moments")
+	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
+	verbose := fs.Bool("v", false, "print the instances' logs to stderr")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := def
+	cfg.Events, cfg.Handovers, cfg.ContainersPerPod, cfg.Workers, cfg.Seed = *events, *handovers, *containers, *workers, *seed
+	cfg.Versions = strings.Split(*versions, ",")
+	switch *order {
+	case "same":
+		cfg.Order = rollout.SameIndex
+	case "alternate":
+		cfg.Order = rollout.Alternate
+	default:
+		return fmt.Errorf("-order %q: want same or alternate", *order)
+	}
+	if *verbose {
+		cfg.Log = os.Stderr
+	} else {
+		// The NRI library logs through the standard logger.
+		logrus.SetOutput(io.Discard)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := rollout.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	rep := demoReport{
+		Events: res.Report.Events, Duplicates: res.Report.Duplicates, Missed: res.Report.Missed,
+		Handovers: len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
+		MaxEventUS:    res.Stats.MaxEventLatency.Microseconds(),
+		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
+		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
+	}
+	for _, h := range res.Handovers {
+		rep.MaxHandoverUS = max(rep.MaxHandoverUS, h.Took.Microseconds())
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		printTables(out, res, rep)
+	}
+	if !rep.OK {
+		return errGuarantee
+	}
+	return nil
+}
+
+func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
+	fmt.Fprintf(out, "nri-handover demo: %d events, %d handovers, %d instances in %v\n\n",
+		rep.Events, rep.Handovers, rep.Instances, res.Elapsed.Round(time.Millisecond))
+	tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tVERSION\tINDEX\tACTED\tSKIPPED\tSTAMPED")
+	for _, in := range res.Instances {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", in.ID, in.Version, in.Idx,
+			in.Stats.Acted, in.Stats.Skipped, in.Stats.Stamped)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	var vs []string
+	for v := range rep.Acted {
+		vs = append(vs, v)
+	}
+	sort.Strings(vs)
+	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tEVENTS ACTED ON")
+	for _, v := range vs {
+		fmt.Fprintf(tw, "%s\t%d\n", v, rep.Acted[v])
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "events delivered\t%d\n", rep.Events)
+	fmt.Fprintf(tw, "acted on exactly once\t%d\n", rep.Events-rep.Missed)
+	fmt.Fprintf(tw, "duplicates\t%d\n", rep.Duplicates)
+	fmt.Fprintf(tw, "missed\t%d\n", rep.Missed)
+	fmt.Fprintf(tw, "failed container creations\t%d\n", rep.FailedCreates)
+	fmt.Fprintf(tw, "instances dropped by the runtime\t%d\n", rep.Dropped)
+	fmt.Fprintf(tw, "handovers\t%d\n", rep.Handovers)
+	fmt.Fprintf(tw, "longest handover (start to owner)\t%v\n", time.Duration(rep.MaxHandoverUS)*time.Microsecond)
+	fmt.Fprintf(tw, "longest delay of an event by a switch\t%v\n", time.Duration(rep.MaxSwitchDelayUS)*time.Microsecond)
+	fmt.Fprintf(tw, "longest single event (runtime call)\t%v\n", time.Duration(rep.MaxEventUS)*time.Microsecond)
+	tw.Flush()
+	fmt.Fprintln(out)
+	if rep.OK {
+		fmt.Fprintln(out, "OK: every event was handled exactly once across all handovers.")
+		return
+	}
+	fmt.Fprintln(out, "FAILED:")
+	for _, p := range rep.Problems {
+		fmt.Fprintln(out, "  "+p)
+	}
+}

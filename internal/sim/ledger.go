@@ -1,0 +1,144 @@
+package sim
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// Ledger records which plugin instance acted on which event. Safe for
+// concurrent use.
+type Ledger struct {
+	mu   sync.Mutex
+	acts map[EventKey][]act // keys with N == 0
+	n    int
+}
+
+type act struct {
+	instance string
+	version  string
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{acts: map[EventKey][]act{}}
+}
+
+// Record notes that plugin instance (of the given version) acted on one
+// occurrence of event ev on object id.
+func (l *Ledger) Record(ev Event, id, instance, version string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := EventKey{Event: ev, ID: id}
+	l.acts[k] = append(l.acts[k], act{instance: instance, version: version})
+	l.n++
+}
+
+// Len returns the number of recorded acts.
+func (l *Ledger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n
+}
+
+// Acted returns the instances that acted on event ev on object id, in
+// recording order.
+func (l *Ledger) Acted(ev Event, id string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, a := range l.acts[EventKey{Event: ev, ID: id}] {
+		out = append(out, a.instance)
+	}
+	return out
+}
+
+// Report is the result of Ledger.Compare.
+type Report struct {
+	// Events is the number of issued event occurrences compared.
+	Events int
+	// Acted is the number of recorded acts compared.
+	Acted int
+	// Duplicates sums, over (kind, id), the acts beyond the issued count.
+	Duplicates int
+	// Missed sums, over (kind, id), the issued occurrences never acted on.
+	Missed int
+	// ByVersion counts the compared acts per plugin version.
+	ByVersion map[string]int
+	// ByInstance counts the compared acts per plugin instance.
+	ByInstance map[string]int
+	// Problems holds the first 20 mismatches, human-readable, ordered by
+	// object id then event kind, e.g.
+	// "StartContainer ctr-17: issued 1, acted 2 (by a, b)".
+	Problems []string
+}
+
+// OK tells whether nothing was duplicated or missed.
+func (rep Report) OK() bool { return rep.Duplicates == 0 && rep.Missed == 0 }
+
+// String summarizes the report on one line, followed by its problems.
+func (rep Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "events %d, acted %d, duplicates %d, missed %d",
+		rep.Events, rep.Acted, rep.Duplicates, rep.Missed)
+	for _, p := range rep.Problems {
+		b.WriteString("\n  ")
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// Compare checks the recorded acts against issued events (as returned by
+// Runtime.Issued; keys with N == 0): for each (kind, id) it compares the acted
+// count with the issued count. Acts on events that were never issued count as
+// duplicates. only selects the event kinds to compare; nil means all kinds.
+func (l *Ledger) Compare(issued map[EventKey]int, only func(Event) bool) Report {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	rep := Report{ByVersion: map[string]int{}, ByInstance: map[string]int{}}
+	keys := map[EventKey]struct{}{}
+	counts := make(map[EventKey]int, len(issued))
+	for k, n := range issued {
+		k.N = 0
+		keys[k] = struct{}{}
+		counts[k] += n
+	}
+	for k := range l.acts {
+		keys[k] = struct{}{}
+	}
+
+	for _, k := range sortedKeys(keys) {
+		if only != nil && !only(k.Event) {
+			continue
+		}
+		want := counts[k]
+		acts := l.acts[k]
+		got := len(acts)
+		rep.Events += want
+		rep.Acted += got
+		var by []string
+		for _, a := range acts {
+			rep.ByVersion[a.version]++
+			rep.ByInstance[a.instance]++
+			by = append(by, a.instance)
+		}
+		if got == want {
+			continue
+		}
+		if got > want {
+			rep.Duplicates += got - want
+		} else {
+			rep.Missed += want - got
+		}
+		if len(rep.Problems) < maxTexts {
+			who := "none"
+			if len(by) > 0 {
+				who = strings.Join(by, ", ")
+			}
+			rep.Problems = append(rep.Problems, fmt.Sprintf("%s %s: issued %d, acted %d (by %s)",
+				k.Event, k.ID, want, got, who))
+		}
+	}
+	return rep
+}
