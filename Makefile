@@ -6,6 +6,11 @@ BENCHCOUNT ?= 6
 
 .PHONY: all build demo test test-race vet lint bench proto proto-check clean
 
+# Larger parts (model checking, real-containerd tests, deployment checks)
+# bring their own targets and add themselves to TEST_EXTRA.
+TEST_EXTRA :=
+-include mk/*.mk
+
 all: build test
 
 build:
@@ -19,6 +24,7 @@ demo:
 ## test: vet, then every test with the race detector (the command CI runs).
 test: vet
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+	@for t in $(TEST_EXTRA); do $(MAKE) --no-print-directory $$t || exit 1; done
 
 vet:
 	$(GO) vet $(PKGS)

@@ -74,6 +74,8 @@ type Coordinator struct {
 	watchers     map[string]*api.Instance
 	changed      chan struct{} // closed and replaced on every change of the fields above
 
+	ownSocket fileID // identity of this instance's socket file, set once in serve
+
 	server   *ttrpc.Server
 	listener net.Listener
 	ctx      context.Context
@@ -142,6 +144,10 @@ func (c *Coordinator) serve() error {
 		l.Close()
 		return fmt.Errorf("handover: chmod %s: %w", path, err)
 	}
+	if c.ownSocket, err = statID(path); err != nil {
+		l.Close()
+		return fmt.Errorf("handover: %w", err)
+	}
 	srv, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
 	if err != nil {
 		l.Close()
@@ -164,10 +170,20 @@ func (c *Coordinator) Self() *api.Instance { return c.self }
 
 // Enter starts the handling of one NRI event and returns the role to act
 // in: only ROLE_OWNER acts. The role cannot change until Exit.
+//
+// An owner first checks that the owner name still leads to its own socket
+// (one stat(2)). If another instance has published itself there — it took
+// over by force while this one was unresponsive, e.g. stopped with SIGSTOP —
+// this instance retires on the spot instead of acting a second time.
 func (c *Coordinator) Enter() api.Role {
 	c.events.Lock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.role == api.Role_ROLE_OWNER {
+		if id, err := statID(c.cfg.Dir.OwnerSocket()); err == nil && id != c.ownSocket {
+			c.setLocked(api.Role_ROLE_RETIRED, "superseded: the owner name leads to another instance")
+		}
+	}
 	return c.role
 }
 
@@ -279,11 +295,17 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
 // asked once in its turn. Call with the claim lock.
 func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool) (api.Role, error) {
 	start := time.Now()
-	resp, err := owner.Yield(ctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
+	// Half the claim budget for the owner's answer; the rest is for taking
+	// over without it.
+	yctx, cancel := context.WithTimeout(ctx, c.cfg.ClaimTimeout/2)
+	resp, err := owner.Yield(yctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
+	cancel()
 	if err != nil {
-		reason := "owner does not answer: " + err.Error()
-		c.demote(api.Role_ROLE_STANDBY, reason, true)
-		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %s", reason)
+		// The owner is hung (e.g. stopped, stuck terminating) or died just
+		// now. Either way it is not acting: the runtime runs no event while
+		// we synchronize. Take over; should it wake up, its next event finds
+		// the owner name changed and it retires (Enter).
+		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err))
 	}
 	if resp.Accepted {
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s) in %v",
@@ -323,6 +345,16 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		epoch = max(last, c.epoch) + 1
 		c.mu.Unlock()
 	}
+	// Publish first: an owner acts only while the owner name leads to it
+	// (see Enter), and the previous owner no longer acts (it yielded, is
+	// gone, or will find the name changed at its next event).
+	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id)); err != nil {
+		c.demote(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), true)
+		return api.Role_ROLE_STANDBY, err
+	}
+	if err := c.cfg.Dir.writeEpoch(epoch); err != nil {
+		c.log.WithError(err).Warn("epoch not recorded")
+	}
 	c.events.Lock()
 	c.mu.Lock()
 	c.epoch = epoch
@@ -330,26 +362,12 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	if from != nil {
 		c.lastHandover = &api.HandoverRecord{
 			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
-			AtUnixNano: start.UnixNano(), Epoch: epoch,
+			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(time.Since(start)),
 		}
 	}
 	c.setLocked(api.Role_ROLE_OWNER, reason)
 	c.mu.Unlock()
 	c.events.Unlock()
-
-	// Publishing happens after the role change: until the name is swapped
-	// the old owner answers newcomers with a redirect to us.
-	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id)); err != nil {
-		return api.Role_ROLE_OWNER, err
-	}
-	if err := c.cfg.Dir.writeEpoch(epoch); err != nil {
-		c.log.WithError(err).Warn("epoch not recorded")
-	}
-	c.mu.Lock()
-	if c.lastHandover != nil && c.lastHandover.Epoch == epoch {
-		c.lastHandover.DurationNano = int64(time.Since(start))
-	}
-	c.mu.Unlock()
 	return api.Role_ROLE_OWNER, nil
 }
 

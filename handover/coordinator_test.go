@@ -366,3 +366,34 @@ func TestClaimLockBounded(t *testing.T) {
 		t.Fatalf("role %v err %v", role, err)
 	}
 }
+
+// TestUnresponsiveOwnerIsSupersededAndFenced: an owner that does not answer
+// (hung, stopped, stuck terminating) is taken over by force, and when it
+// wakes up its next event finds the owner name changed: it retires instead
+// of acting.
+func TestUnresponsiveOwnerIsSupersededAndFenced(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	claim(t, a)
+	a.cfg.ClaimTimeout = 200 * time.Millisecond
+	if role := a.Enter(); role != api.Role_ROLE_OWNER { // a hangs in the middle of an event
+		t.Fatalf("role %v", role)
+	}
+	b := newInstance(t, root, "b", "2.0.0", 2, nil)
+	b.cfg.ClaimTimeout = 200 * time.Millisecond
+	if role := claim(t, b); role != api.Role_ROLE_OWNER {
+		t.Fatalf("newcomer facing a hung owner: role %v", role)
+	}
+	if _, why := b.Ready(); !strings.Contains(why, "owner since epoch 2") {
+		t.Fatalf("ready reason %q", why)
+	}
+	a.Exit() // a wakes up
+	role := a.Enter()
+	a.Exit()
+	if role != api.Role_ROLE_RETIRED {
+		t.Fatalf("woken owner acts as %v, want retired", role)
+	}
+	if ownerID(t, root) != "b" {
+		t.Fatal("owner name does not lead to b")
+	}
+}

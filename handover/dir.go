@@ -208,3 +208,15 @@ func (d *Dir) writeEpoch(epoch uint64) error {
 	}
 	return nil
 }
+
+// fileID identifies a file: its device and inode numbers.
+type fileID struct{ dev, ino uint64 }
+
+// statID returns the identity of the file at path (following links).
+func statID(path string) (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fileID{}, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
+}
