@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,33 @@ type Config struct {
 	// became owner outside a Synchronize because the previous owner is gone.
 	// Must not block.
 	OnPromoted func(epoch uint64)
+	// OnOutcome, if set, is told the outcome of every claim, yield request
+	// and promotion, with how long it took (e.g. for metrics). Must not block.
+	OnOutcome func(o Outcome, took time.Duration)
+}
+
+// Outcome names what a claim, a yield request or a promotion came to.
+type Outcome string
+
+// Outcomes reported through Config.OnOutcome.
+const (
+	OutcomeFirstOwner Outcome = "first-owner" // claimed with no owner on the node
+	OutcomeTookOver   Outcome = "took-over"   // the owner yielded to this instance
+	OutcomeForced     Outcome = "forced"      // took over from an owner that did not answer
+	OutcomeKept       Outcome = "kept"        // claimed again while owner (reconnection)
+	OutcomeRefused    Outcome = "refused"     // claim refused: this instance is standby
+	OutcomeRetired    Outcome = "retired"     // claimed while retired: stays retired
+	OutcomeTookBack   Outcome = "took-back"   // retired instance whose successor vanished
+	OutcomeFailed     Outcome = "failed"      // the claim could not be made
+	OutcomeYielded    Outcome = "yielded"     // this owner yielded to a taker
+	OutcomeDeclined   Outcome = "declined"    // this instance refused a taker
+	OutcomePromoted   Outcome = "promoted"    // became owner after the owner vanished
+)
+
+func (c *Coordinator) report(o Outcome, since time.Time) {
+	if c.cfg.OnOutcome != nil {
+		c.cfg.OnOutcome(o, time.Since(since))
+	}
 }
 
 // Coordinator owns the role of one plugin instance and speaks the handover
@@ -256,6 +284,35 @@ func (c *Coordinator) notifyLocked() {
 // the role this instance now has; an error means the claim could not be
 // made (the instance then keeps a role that does not act).
 func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
+	start := time.Now()
+	before := c.currentRole()
+	role, err := c.claim(ctx)
+	c.report(claimOutcome(before, role, c.Status().Reason, err), start)
+	return role, err
+}
+
+// claimOutcome classifies a finished claim for Config.OnOutcome.
+func claimOutcome(before, after api.Role, reason string, err error) Outcome {
+	switch {
+	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_OWNER:
+		return OutcomeKept
+	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_RETIRED:
+		return OutcomeTookBack
+	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "owner unresponsive"):
+		return OutcomeForced
+	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "took over"):
+		return OutcomeTookOver
+	case after == api.Role_ROLE_OWNER:
+		return OutcomeFirstOwner
+	case err != nil:
+		return OutcomeFailed
+	case after == api.Role_ROLE_RETIRED:
+		return OutcomeRetired
+	}
+	return OutcomeRefused
+}
+
+func (c *Coordinator) claim(ctx context.Context) (api.Role, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ClaimTimeout)
 	defer cancel()
 
@@ -465,6 +522,7 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	defer c.mu.Unlock()
 
 	refuse := func(reason string) *api.YieldResponse {
+		c.report(OutcomeDeclined, time.Now())
 		c.log.WithFields(logrus.Fields{"taker": taker.GetId(), "taker_version": taker.GetVersion()}).
 			Info("refused to yield: " + reason)
 		// Owner is set only to redirect the taker to this one's successor.
@@ -494,6 +552,7 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		c.wg.Add(1)
 		go c.watchSuccessor(taker, c.epoch)
 	}
+	c.report(OutcomeYielded, time.Now())
 	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}
 }
 
@@ -632,9 +691,12 @@ func (c *Coordinator) promoteIfOrphaned(why string) {
 	if role == api.Role_ROLE_OWNER || c.isClosed() || c.ownerAlive(ctx) {
 		return
 	}
+	start := time.Now()
 	if _, err := c.becomeOwner(nil, 0, "promoted: "+why); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
+		return
 	}
+	c.report(OutcomePromoted, start)
 	c.mu.Lock()
 	epoch := c.epoch
 	c.mu.Unlock()

@@ -137,6 +137,7 @@ func (p *Plugin) verify(c *api.Container) (stamp.Stamp, error) {
 	st, err := p.signer.Verify(c.GetId(), c.GetAnnotations())
 	if err != nil && !errors.Is(err, stamp.ErrNoStamp) {
 		p.badStamps.Add(1)
+		p.metrics.badStamps.Inc()
 		p.log.WithError(err).WithField("container", c.GetId()).Warn("ignoring invalid stamp")
 	}
 	return st, err
@@ -148,6 +149,7 @@ func (p *Plugin) gate(event, id string) bool {
 	role := p.coord.Enter()
 	if role == RoleOwner {
 		p.acted.Add(1)
+		p.metrics.event(event, resultActed)
 		return true
 	}
 	p.skip(event, id, role)
@@ -157,6 +159,7 @@ func (p *Plugin) gate(event, id string) bool {
 // skip counts and logs an event this instance does not act on.
 func (p *Plugin) skip(event, id string, role Role) {
 	p.skipped.Add(1)
+	p.metrics.event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		p.log.WithFields(logrus.Fields{"event": event, "object": id, "role": role.String()}).
 			Debug("skipped: this instance does not own the plugin")
@@ -177,11 +180,13 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		// Another instance of this plugin got here first; a second claim on
 		// the same fields would make the runtime reject the container.
 		p.skippedStamped.Add(1)
+		p.metrics.event("CreateContainer", resultSkippedStamped)
 		p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
 			Debug("skipped: container already stamped")
 		return nil, nil, nil
 	}
 	p.acted.Add(1)
+	p.metrics.event("CreateContainer", resultActed)
 	var (
 		adjust  *api.ContainerAdjustment
 		updates []*api.ContainerUpdate

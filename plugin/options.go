@@ -39,6 +39,7 @@ type config struct {
 	leaveTimeout time.Duration
 	log          *logrus.Entry
 	stubOptions  []stub.Option
+	metricsAddr  string
 	started      time.Time
 }
 
@@ -118,6 +119,12 @@ func WithLogger(l *logrus.Entry) Option {
 	return func(c *config) error { c.log = l; return nil }
 }
 
+// WithMetricsAddr serves /metrics, /healthz and /readyz (see
+// Plugin.Handler) on addr, e.g. ":9101", while Run runs. Default: off.
+func WithMetricsAddr(addr string) Option {
+	return func(c *config) error { c.metricsAddr = addr; return nil }
+}
+
 // WithStubOptions passes extra options to the underlying NRI stub.
 func WithStubOptions(opts ...stub.Option) Option {
 	return func(c *config) error { c.stubOptions = append(c.stubOptions, opts...); return nil }
@@ -125,11 +132,11 @@ func WithStubOptions(opts ...stub.Option) Option {
 
 // Flags holds the command-line flags a plugin binary usually offers.
 type Flags struct {
-	Name, Idx, Socket, Dir, Instance, Policy string
+	Name, Idx, Socket, Dir, Instance, Policy, MetricsAddr string
 }
 
-// RegisterFlags defines -name, -idx, -nri-socket, -handover-dir, -instance
-// and -policy on fs. Pass the result's Options to New after parsing.
+// RegisterFlags defines -name, -idx, -nri-socket, -handover-dir, -instance,
+// -policy and -metrics-addr on fs. Pass the result's Options to New after parsing.
 func RegisterFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
 	fs.StringVar(&f.Name, "name", "", "plugin name to register with (default: $NRI_PLUGIN_NAME or the binary name)")
@@ -138,6 +145,7 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.Dir, "handover-dir", "", "handover directory shared by the instances (default "+handover.DefaultRoot+")")
 	fs.StringVar(&f.Instance, "instance", "", "instance id (default: $"+EnvInstance+" or random)")
 	fs.StringVar(&f.Policy, "policy", "", "who may take over: newest-instance (default) or newest-version")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (default: off)")
 	return f
 }
 
@@ -158,6 +166,9 @@ func (f *Flags) Options() ([]Option, error) {
 	}
 	if f.Instance != "" {
 		opts = append(opts, WithInstanceID(f.Instance))
+	}
+	if f.MetricsAddr != "" {
+		opts = append(opts, WithMetricsAddr(f.MetricsAddr))
 	}
 	if f.Policy != "" {
 		p, err := handover.ParsePolicy(f.Policy)

@@ -87,7 +87,8 @@ type Plugin struct {
 	signer  *stamp.Signer
 	log     *logrus.Entry
 
-	resync chan string // a standby should claim again in a new Synchronize
+	resync  chan string // a standby should claim again in a new Synchronize
+	metrics *metrics
 
 	stubMu sync.Mutex
 	stub   stub.Stub // the current runtime connection; nil between connections
@@ -142,6 +143,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 	}
 	pl.log = c.log.WithFields(logrus.Fields{"plugin": c.name, "version": v.Original(), "instance": c.instance})
+	pl.metrics = newMetrics(pl) // its gauges read pl.coord only when scraped
 
 	dir, err := handover.OpenDir(c.root, c.name)
 	if err != nil {
@@ -164,6 +166,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		OnPromoted: func(epoch uint64) {
 			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished")
 		},
+		OnOutcome: pl.metrics.outcome,
 	})
 	if err != nil {
 		return nil, err
@@ -302,6 +305,13 @@ func (p *Plugin) requestResync(reason string) {
 // returns nil after a clean stop.
 func (p *Plugin) Run(ctx context.Context) error {
 	defer p.coord.Close()
+	if p.cfg.metricsAddr != "" {
+		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	delay := newRetryDelay()
 	for {
 		s, closed, err := p.connect(ctx)
