@@ -1,7 +1,7 @@
 # nri-handover — see README.md. Every target works on a fresh clone.
 GO        ?= go
 PKGS      ?= ./...
-BENCHTIME ?= 1x
+BENCHTIME ?= 300x
 BENCHCOUNT ?= 6
 
 .PHONY: all build demo test test-race vet lint bench proto proto-check clean
@@ -33,9 +33,10 @@ vet:
 
 lint: vet proto-check
 
-## bench: Go benchmarks; compare runs with benchstat.
+## bench: Go benchmarks (test/bench and the packages' own); compare runs with benchstat.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) $(PKGS)
+	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) $(PKGS) | tee bench.out
+	@echo "results in bench.out; compare two runs with: go run golang.org/x/perf/cmd/benchstat@latest old.out bench.out"
 
 ## proto: regenerate handover/api from handover.proto (needs protoc: apt-get install protobuf-compiler).
 proto:

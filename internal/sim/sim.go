@@ -211,7 +211,15 @@ type Runtime struct {
 	cur       current
 	seq       uint64
 	countC    chan struct{} // closed and replaced when PluginCount changes
+	// syncWaits holds every wait for the plugin-sync block longer than
+	// SyncWaitThreshold: the operations a plugin's Synchronize delayed.
+	syncWaits []time.Duration
 }
+
+// SyncWaitThreshold is the wait for the plugin-sync block above which an
+// operation counts as delayed by a synchronizing plugin (SyncWaits); an
+// uncontended read lock takes well under a microsecond.
+const SyncWaitThreshold = 20 * time.Microsecond
 
 // Start creates a temporary directory, creates an NRI adaptation listening on
 // a socket in it (with empty plugin and plugin config directories), and starts
@@ -1050,8 +1058,19 @@ func (r *Runtime) blockSync() *adaptation.PluginSyncBlock {
 	if wait > r.stats.MaxSyncWait {
 		r.stats.MaxSyncWait = wait
 	}
+	if wait > SyncWaitThreshold {
+		r.syncWaits = append(r.syncWaits, wait)
+	}
 	r.mu.Unlock()
 	return b
+}
+
+// SyncWaits returns the waits longer than SyncWaitThreshold that operations
+// spent because a plugin was synchronizing, in order.
+func (r *Runtime) SyncWaits() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]time.Duration(nil), r.syncWaits...)
 }
 
 // recorder is the adaptation.Metrics implementation of a Runtime.

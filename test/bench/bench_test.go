@@ -1,0 +1,270 @@
+// Package bench holds the benchmarks behind docs/benchmarks.md: the cost of
+// the harness per event against a bare NRI stub plugin, the cost of a
+// switch, storm throughput with and without handovers, and memory.
+// Run them with `make bench`; compare runs with benchstat.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/rollout"
+	"github.com/nri-handover/nri-handover/internal/sim"
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/sample-plugins/audit"
+)
+
+func TestMain(m *testing.M) {
+	logrus.SetOutput(io.Discard) // the NRI library logs through logrus
+	os.Exit(m.Run())
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) Record(string, string) error { return nil }
+
+func startRuntime(b *testing.B) *sim.Runtime {
+	b.Helper()
+	rt, err := sim.Start(sim.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(rt.Stop)
+	return rt
+}
+
+// startBare connects the audit plugin on the bare NRI stub.
+func startBare(b *testing.B, rt *sim.Runtime, plugins int) {
+	b.Helper()
+	s, err := stub.New(&audit.Plugin{Version: "1.0.0", Recorder: nopRecorder{}},
+		stub.WithPluginName("audit"), stub.WithPluginIdx("10"), stub.WithSocketPath(rt.SocketPath()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	b.Cleanup(func() { cancel(); <-done })
+	if err := rt.WaitPlugins(context.Background(), plugins); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// harness runs audit plugin instances on the harness in one handover dir.
+type harness struct {
+	b    *testing.B
+	rt   *sim.Runtime
+	root string
+	n    int
+}
+
+func newHarness(b *testing.B, rt *sim.Runtime) *harness {
+	root, err := os.MkdirTemp("", "nho-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(root) })
+	return &harness{b: b, rt: rt, root: root}
+}
+
+type instance struct {
+	p      *plugin.Plugin
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (h *harness) start(ver string, opts ...plugin.Option) *instance {
+	h.b.Helper()
+	h.n++
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	p, err := plugin.New(&audit.Plugin{Version: ver, Recorder: nopRecorder{}}, append([]plugin.Option{
+		plugin.WithVersion(ver), plugin.WithPluginName("audit"), plugin.WithPluginIdx("10"),
+		plugin.WithSocketPath(h.rt.SocketPath()), plugin.WithHandoverDir(h.root),
+		plugin.WithInstanceID(fmt.Sprintf("i%d", h.n)), plugin.WithLogger(logrus.NewEntry(quiet)),
+		plugin.WithLeaveTimeout(time.Second),
+	}, opts...)...)
+	if err != nil {
+		h.b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{p: p, cancel: cancel, done: make(chan struct{})}
+	go func() { p.Run(ctx); close(in.done) }()
+	h.b.Cleanup(in.stop)
+	return in
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	<-in.done
+}
+
+// waitRole waits on the instance's change notifications.
+func waitRole(b *testing.B, p *plugin.Plugin, role plugin.Role) {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		ch := p.RoleChanged()
+		if p.Role() == role {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			b.Fatalf("%s never reached role %v", p.Instance().Id, role)
+		}
+	}
+}
+
+// setups builds the three configurations every per-event benchmark compares.
+var setups = []struct {
+	name  string
+	setup func(b *testing.B, rt *sim.Runtime)
+}{
+	{"bare-stub", func(b *testing.B, rt *sim.Runtime) { startBare(b, rt, 1) }},
+	{"harness", func(b *testing.B, rt *sim.Runtime) {
+		h := newHarness(b, rt)
+		waitRole(b, h.start("1.0.0").p, plugin.RoleOwner)
+		if err := rt.WaitPlugins(context.Background(), 1); err != nil {
+			b.Fatal(err)
+		}
+	}},
+	{"harness-2-instances", func(b *testing.B, rt *sim.Runtime) {
+		// An owner and a standby both connected: the state before a switch.
+		h := newHarness(b, rt)
+		pol := plugin.WithPolicy(handover.NewestVersion{})
+		waitRole(b, h.start("2.0.0", pol).p, plugin.RoleOwner)
+		waitRole(b, h.start("1.0.0", pol).p, plugin.RoleStandby)
+		if err := rt.WaitPlugins(context.Background(), 2); err != nil {
+			b.Fatal(err)
+		}
+	}},
+}
+
+// BenchmarkCreateContainer: one CreateContainer (and its PostCreate) through
+// the runtime and plugin per op.
+func BenchmarkCreateContainer(b *testing.B) {
+	for _, s := range setups {
+		b.Run(s.name, func(b *testing.B) {
+			rt := startRuntime(b)
+			s.setup(b, rt)
+			ctx := context.Background()
+			var podID string
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%64 == 0 {
+					pod, err := rt.RunPod(ctx, fmt.Sprintf("p%d", i))
+					if err != nil {
+						b.Fatal(err)
+					}
+					podID = pod.Id
+				}
+				if _, err := rt.CreateContainer(ctx, podID, fmt.Sprintf("c%d", i), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLifecycle: a pod with one container through its whole life (11
+// events) per op; ns/event is reported too.
+func BenchmarkLifecycle(b *testing.B) {
+	for _, s := range setups {
+		b.Run(s.name, func(b *testing.B) {
+			rt := startRuntime(b)
+			s.setup(b, rt)
+			ctx := context.Background()
+			before := rt.Stats().Events
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := rt.Lifecycle(ctx, fmt.Sprintf("p%d", i), 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			events := rt.Stats().Events - before
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+			b.ReportMetric(float64(events)/float64(b.N), "events/op")
+		})
+	}
+}
+
+// BenchmarkSwitch: one handover per op (start the newcomer, wait until it
+// owns, stop the old one) while lifecycles run. ns/op is the time from
+// starting the newcomer to its owning the plugin; delay-* are the waits of
+// CRI operations that a switch delayed (p50, p99, max, in µs).
+func BenchmarkSwitch(b *testing.B) {
+	rt := startRuntime(b)
+	h := newHarness(b, rt)
+	owner := h.start("1.0.0")
+	waitRole(b, owner.p, plugin.RoleOwner)
+
+	ctx, stopLoad := context.WithCancel(context.Background())
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		for i := 0; ctx.Err() == nil; i++ {
+			rt.Lifecycle(context.Background(), fmt.Sprintf("load%d", i), 2)
+		}
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		next := h.start([]string{"2.0.0", "1.0.0"}[i%2])
+		waitRole(b, next.p, plugin.RoleOwner)
+		b.StopTimer()
+		owner.stop()
+		owner = next
+		b.StartTimer()
+	}
+	b.StopTimer()
+	stopLoad()
+	<-loadDone
+	waits := rt.SyncWaits()
+	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
+	pct := func(p float64) float64 {
+		if len(waits) == 0 {
+			return 0
+		}
+		return float64(waits[int(p*float64(len(waits)-1))].Microseconds())
+	}
+	b.ReportMetric(pct(0.50), "delay-p50-µs")
+	b.ReportMetric(pct(0.99), "delay-p99-µs")
+	b.ReportMetric(pct(1), "delay-max-µs")
+	b.ReportMetric(float64(len(waits))/float64(b.N), "delayed-ops/switch")
+}
+
+// BenchmarkStorm: 3,000 events of lifecycles per op, with no handover and
+// with 20; reports events/s.
+func BenchmarkStorm(b *testing.B) {
+	for _, handovers := range []int{0, 20} {
+		b.Run(fmt.Sprintf("handovers-%d", handovers), func(b *testing.B) {
+			events := 0
+			for i := 0; i < b.N; i++ {
+				cfg := rollout.DefaultConfig()
+				cfg.Events, cfg.Handovers, cfg.KeepOld, cfg.Seed = 3000, handovers, false, int64(i+1)
+				res, err := rollout.Run(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !res.OK() {
+					b.Fatalf("guarantees broken: %v", res.Problems())
+				}
+				events += res.Report.Events
+			}
+			b.ReportMetric(float64(events)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
