@@ -312,17 +312,22 @@ func claimOutcome(before, after api.Role, reason string, err error) Outcome {
 	return OutcomeRefused
 }
 
-func (c *Coordinator) claim(ctx context.Context) (api.Role, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ClaimTimeout)
+func (c *Coordinator) claim(parent context.Context) (api.Role, error) {
+	// The budget: a quarter to get the claim lock (another claim may be in
+	// progress), half for the owner's answer, the rest to publish. A busy
+	// lock therefore never eats into the owner's time to answer, and the
+	// owner is only taken over by force when it had its full half.
+	lctx, cancel := context.WithTimeout(parent, c.cfg.ClaimTimeout/4)
 	defer cancel()
-
-	unlock, err := c.cfg.Dir.Lock(ctx)
+	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
 		c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
 		return c.currentRole(), fmt.Errorf("claim: %w", err)
 	}
 	defer unlock()
 
+	ctx, cancel := context.WithTimeout(parent, c.cfg.ClaimTimeout/2)
+	defer cancel()
 	switch c.currentRole() {
 	case api.Role_ROLE_OWNER:
 		// Reconnected to the runtime (e.g. after a runtime restart): keep
@@ -352,11 +357,7 @@ func (c *Coordinator) claim(ctx context.Context) (api.Role, error) {
 // asked once in its turn. Call with the claim lock.
 func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool) (api.Role, error) {
 	start := time.Now()
-	// Half the claim budget for the owner's answer; the rest is for taking
-	// over without it.
-	yctx, cancel := context.WithTimeout(ctx, c.cfg.ClaimTimeout/2)
-	resp, err := owner.Yield(yctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
-	cancel()
+	resp, err := owner.Yield(ctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
 	if err != nil {
 		// The owner is hung (e.g. stopped, stuck terminating) or died just
 		// now. Either way it is not acting: the runtime runs no event while
