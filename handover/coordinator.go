@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/backoff"
 )
 
 // Defaults of Config.
@@ -596,7 +597,7 @@ func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.Wa
 // instance at once when the owner is gone.
 func (c *Coordinator) watchOwner() {
 	defer c.wg.Done()
-	backoff := newBackoff()
+	retry := backoff.New(10*time.Millisecond, 2*time.Second)
 	for c.currentRole() == api.Role_ROLE_STANDBY {
 		cl, err := Dial(c.ctx, c.cfg.Dir.OwnerSocket())
 		if err != nil {
@@ -606,7 +607,7 @@ func (c *Coordinator) watchOwner() {
 			if errors.Is(err, ErrNoInstance) {
 				c.promoteIfOrphaned("owner gone")
 			}
-			if !backoff.wait(c.ctx) {
+			if !retry.Wait(c.ctx) {
 				return
 			}
 			continue
@@ -614,7 +615,7 @@ func (c *Coordinator) watchOwner() {
 		st, err := cl.Status(c.ctx, &api.StatusRequest{})
 		if err != nil {
 			cl.Close()
-			if !backoff.wait(c.ctx) {
+			if !retry.Wait(c.ctx) {
 				return
 			}
 			continue
@@ -634,7 +635,7 @@ func (c *Coordinator) watchOwner() {
 			}
 		}
 		// Give the resync (or a new owner) time to act before watching again.
-		if !backoff.wait(c.ctx) {
+		if !retry.Wait(c.ctx) {
 			return
 		}
 	}
@@ -824,21 +825,4 @@ func (s *service) Yield(_ context.Context, req *api.YieldRequest) (*api.YieldRes
 
 func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {
 	return s.c.watch(ctx, req)
-}
-
-// backoff spaces out retries: 10 ms doubling up to 2 s.
-type backoff struct{ next time.Duration }
-
-func newBackoff() *backoff { return &backoff{next: 10 * time.Millisecond} }
-
-func (b *backoff) wait(ctx context.Context) bool {
-	t := time.NewTimer(b.next)
-	defer t.Stop()
-	b.next = min(2*b.next, 2*time.Second)
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

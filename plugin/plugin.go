@@ -37,6 +37,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -312,7 +313,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 		}
 		defer stop()
 	}
-	delay := newRetryDelay()
+	delay := backoff.New(50*time.Millisecond, 5*time.Second)
 	for {
 		s, closed, err := p.connect(ctx)
 		if err != nil {
@@ -321,7 +322,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 				return nil
 			}
 			p.log.WithError(err).Warn("cannot connect to the runtime; retrying")
-			if !delay.wait(ctx) {
+			if !delay.Wait(ctx) {
 				p.leave()
 				return nil
 			}
@@ -336,14 +337,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
 			p.disconnect(s)
-			if !delay.wait(ctx) {
+			if !delay.Wait(ctx) {
 				p.leave()
 				return nil
 			}
 		case reason := <-p.resync:
 			p.log.WithField("reason", reason).Info("reconnecting to claim ownership in a new Synchronize")
 			p.disconnect(s)
-			delay.reset()
+			delay.Reset()
 		}
 	}
 }
@@ -393,24 +394,5 @@ func (p *Plugin) leave() {
 		p.log.Info("stopped; ownership is with another instance")
 	} else {
 		p.log.Info("stopped as owner; no standby took over")
-	}
-}
-
-// retryDelay spaces out reconnections: 50 ms doubling up to 5 s.
-type retryDelay struct{ next time.Duration }
-
-func newRetryDelay() *retryDelay { return &retryDelay{next: 50 * time.Millisecond} }
-
-func (d *retryDelay) reset() { d.next = 50 * time.Millisecond }
-
-func (d *retryDelay) wait(ctx context.Context) bool {
-	t := time.NewTimer(d.next)
-	defer t.Stop()
-	d.next = min(2*d.next, 5*time.Second)
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
