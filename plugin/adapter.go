@@ -233,74 +233,66 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
 }
 
-// podEvent gates a pod event with no result other than an error.
-func (a *adapter) podEvent(event string, pod *api.PodSandbox, call func() error) error {
+// event gates an event whose only result is an error; id names the pod or
+// container it is about.
+func (a *adapter) event(event, id string, call func() error) error {
 	defer a.p.coord.Exit()
-	if !a.p.gate(event, pod.GetId()) {
-		return nil
-	}
-	return call()
-}
-
-// containerEvent gates a container event with no result other than an error.
-func (a *adapter) containerEvent(event string, c *api.Container, call func() error) error {
-	defer a.p.coord.Exit()
-	if !a.p.gate(event, c.GetId()) {
+	if !a.p.gate(event, id) {
 		return nil
 	}
 	return call()
 }
 
 func (a *adapter) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.podEvent("RunPodSandbox", pod, func() error {
+	return a.event("RunPodSandbox", pod.GetId(), func() error {
 		return a.p.author.(stub.RunPodInterface).RunPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.podEvent("PostUpdatePodSandbox", pod, func() error {
+	return a.event("PostUpdatePodSandbox", pod.GetId(), func() error {
 		return a.p.author.(stub.PostUpdatePodInterface).PostUpdatePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.podEvent("StopPodSandbox", pod, func() error {
+	return a.event("StopPodSandbox", pod.GetId(), func() error {
 		return a.p.author.(stub.StopPodInterface).StopPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.podEvent("RemovePodSandbox", pod, func() error {
+	return a.event("RemovePodSandbox", pod.GetId(), func() error {
 		return a.p.author.(stub.RemovePodInterface).RemovePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent("StartContainer", c, func() error {
+	return a.event("StartContainer", c.GetId(), func() error {
 		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent("PostCreateContainer", c, func() error {
+	return a.event("PostCreateContainer", c.GetId(), func() error {
 		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent("PostStartContainer", c, func() error {
+	return a.event("PostStartContainer", c.GetId(), func() error {
 		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent("PostUpdateContainer", c, func() error {
+	return a.event("PostUpdateContainer", c.GetId(), func() error {
 		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent("RemoveContainer", c, func() error {
+	return a.event("RemoveContainer", c.GetId(), func() error {
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
 }
