@@ -208,12 +208,20 @@ func (c *Coordinator) Enter() api.Role {
 	c.events.Lock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.role == api.Role_ROLE_OWNER {
-		if id, err := statID(c.cfg.Dir.OwnerSocket()); err == nil && id != c.ownSocket {
-			c.setLocked(api.Role_ROLE_RETIRED, "superseded: the owner name leads to another instance")
-		}
+	if c.role == api.Role_ROLE_OWNER && c.superseded() {
+		c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
 	}
 	return c.role
+}
+
+const supersededReason = "superseded: the owner name leads to another instance"
+
+// superseded reports whether the owner name leads to another instance's
+// socket: someone took over while this instance did not answer. A missing
+// name means nobody did (a claimer always publishes one).
+func (c *Coordinator) superseded() bool {
+	id, err := statID(c.cfg.Dir.OwnerSocket())
+	return err == nil && id != c.ownSocket
 }
 
 // Exit ends the handling of the event begun by Enter.
@@ -246,6 +254,9 @@ func (c *Coordinator) statusLocked() *api.StatusResponse {
 func (c *Coordinator) Ready() (bool, string) {
 	st := c.Status()
 	if st.Role == api.Role_ROLE_OWNER {
+		if c.superseded() {
+			return false, "owner: " + supersededReason
+		}
 		return true, fmt.Sprintf("owner since epoch %d", st.Epoch)
 	}
 	if st.Reason != "" {
@@ -287,7 +298,14 @@ func (c *Coordinator) notifyLocked() {
 func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
 	start := time.Now()
 	before := c.currentRole()
-	role, err := c.claim(ctx)
+	budget := c.cfg.ClaimTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		// The runtime's request timeout arrives as the deadline: stay within
+		// half of it, so the runtime never drops a newcomer that just took
+		// over.
+		budget = min(budget, time.Until(deadline)/2)
+	}
+	role, err := c.claim(ctx, budget)
 	c.report(claimOutcome(before, role, c.Status().Reason, err), start)
 	return role, err
 }
@@ -313,12 +331,12 @@ func claimOutcome(before, after api.Role, reason string, err error) Outcome {
 	return OutcomeRefused
 }
 
-func (c *Coordinator) claim(parent context.Context) (api.Role, error) {
+func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.Role, error) {
 	// The budget: a quarter to get the claim lock (another claim may be in
 	// progress), half for the owner's answer, the rest to publish. A busy
 	// lock therefore never eats into the owner's time to answer, and the
 	// owner is only taken over by force when it had its full half.
-	lctx, cancel := context.WithTimeout(parent, c.cfg.ClaimTimeout/4)
+	lctx, cancel := context.WithTimeout(parent, budget/4)
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
@@ -327,7 +345,7 @@ func (c *Coordinator) claim(parent context.Context) (api.Role, error) {
 	}
 	defer unlock()
 
-	ctx, cancel := context.WithTimeout(parent, c.cfg.ClaimTimeout/2)
+	ctx, cancel := context.WithTimeout(parent, budget/2)
 	defer cancel()
 	switch c.currentRole() {
 	case api.Role_ROLE_OWNER:
@@ -343,7 +361,7 @@ func (c *Coordinator) claim(parent context.Context) (api.Role, error) {
 
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.becomeOwner(nil, 0, "no owner on the node")
+		return c.becomeOwner(nil, 0, "no owner on the node", time.Now())
 	}
 	if err != nil {
 		c.demote(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), true)
@@ -364,16 +382,16 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		// now. Either way it is not acting: the runtime runs no event while
 		// we synchronize. Take over; should it wake up, its next event finds
 		// the owner name changed and it retires (Enter).
-		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err))
+		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start)
 	}
 	if resp.Accepted {
-		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s) in %v",
-			resp.Owner.GetId(), resp.Owner.GetVersion(), time.Since(start).Round(time.Microsecond)))
+		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
+			resp.Owner.GetId(), resp.Owner.GetVersion()), start)
 	}
 	if resp.Owner.GetId() == c.self.Id {
 		// The owner name still leads to an instance whose successor is us:
 		// publishing was interrupted. We own the plugin already.
-		return c.becomeOwner(nil, resp.Epoch, "owner name repaired")
+		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", start)
 	}
 	if redirect && resp.Owner != nil && resp.Owner.GetId() != "" {
 		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
@@ -382,7 +400,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 			return c.askToYield(ctx, next, false)
 		}
 		if errors.Is(err, ErrNoInstance) {
-			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone")
+			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start)
 		}
 	}
 	c.demote(api.Role_ROLE_STANDBY, resp.Reason, true)
@@ -393,8 +411,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 // the owner name. from is the previous owner (nil if none); epoch is the
 // epoch granted by it, or 0 to take the next epoch on record. Call with the
 // claim lock.
-func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string) (api.Role, error) {
-	start := time.Now()
+func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, start time.Time) (api.Role, error) {
 	if epoch == 0 {
 		last, err := c.cfg.Dir.readEpoch()
 		if err != nil {
@@ -462,7 +479,7 @@ func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) 
 	if c.ownerAlive(ctx) {
 		return api.Role_ROLE_RETIRED, nil
 	}
-	return c.becomeOwner(nil, 0, "successor gone; took ownership back")
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back", time.Now())
 }
 
 // ownerAlive reports whether another instance answers on the owner name as
@@ -535,6 +552,11 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
 	case taker.GetId() == "" || taker.GetId() == c.self.Id:
 		return refuse("taker has no distinct instance id")
+	case c.role == api.Role_ROLE_OWNER && c.superseded():
+		// A request that waited while this instance was unresponsive; its
+		// sender took over by force meanwhile.
+		c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
+		return refuse(supersededReason)
 	case c.role != api.Role_ROLE_OWNER:
 		return refuse(fmt.Sprintf("instance %s is not the owner (%s)", c.self.Id, roleName(c.role)))
 	}
@@ -694,7 +716,7 @@ func (c *Coordinator) promoteIfOrphaned(why string) {
 		return
 	}
 	start := time.Now()
-	if _, err := c.becomeOwner(nil, 0, "promoted: "+why); err != nil {
+	if _, err := c.becomeOwner(nil, 0, "promoted: "+why, start); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return
 	}

@@ -3,6 +3,8 @@ package plugin
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -48,11 +50,16 @@ func eventsOf(p interface{}) api.EventMask {
 	return m
 }
 
-// adapter is the plugin the NRI stub sees. It implements every handler
-// interface and gates each event on this instance's role before handing
-// it to the author. Its Configure subscribes only to the events the author
-// handles, plus CreateContainer for stamping.
-type adapter struct{ p *Plugin }
+// adapter is the plugin the NRI stub sees, one per runtime connection. It
+// implements every handler interface and gates each event on this
+// instance's role before handing it to the author. Its Configure subscribes
+// only to the events the author handles, plus CreateContainer for stamping.
+type adapter struct {
+	p          *Plugin
+	synced     chan struct{} // closed when Synchronize has returned
+	syncedOnce sync.Once
+	closed     atomic.Bool // set before the connection is closed by this instance
+}
 
 var (
 	_ stub.ConfigureInterface           = (*adapter)(nil)
@@ -95,6 +102,7 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 // the containers no instance of this plugin has stamped.
 func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p := a.p
+	defer a.syncedOnce.Do(func() { close(a.synced) })
 	wasOwner := p.coord.Status().Role == RoleOwner
 	role, err := p.coord.Claim(ctx)
 	if err != nil {
@@ -123,6 +131,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	}
 	if r, ok := p.author.(ReconcileInterface); ok && !wasOwner {
 		go func() {
+			<-a.synced // outside the request: Reconcile may update containers
 			if err := r.Reconcile(context.Background(), p, older); err != nil {
 				p.log.WithError(err).Warn("reconcile failed")
 			}
@@ -143,10 +152,30 @@ func (p *Plugin) verify(c *api.Container) (stamp.Stamp, error) {
 	return st, err
 }
 
-// gate enters the event section and reports whether this instance acts.
-// The caller must call p.coord.Exit when done.
-func (p *Plugin) gate(event, id string) bool {
-	role := p.coord.Enter()
+// gate enters the event section and reports whether this instance acts on
+// the event. The caller must call p.coord.Exit when done.
+//
+// A connection that was closed never acts: the NRI stub may still run a
+// handler for a request the runtime has already given up on (the runtime
+// went on to the next plugin when the connection closed). Were this instance
+// to become owner meanwhile, through a newer connection, that late handler
+// would act on an event the previous owner had already handled.
+func (a *adapter) gate(event, id string) bool {
+	return a.p.actAs(a.enter(), event, id)
+}
+
+// enter enters the event section and returns the role to act in on this
+// connection.
+func (a *adapter) enter() Role {
+	role := a.p.coord.Enter()
+	if a.closed.Load() {
+		return RoleRetired
+	}
+	return role
+}
+
+// actAs counts the event and reports whether role acts.
+func (p *Plugin) actAs(role Role, event, id string) bool {
 	if role == RoleOwner {
 		p.acted.Add(1)
 		p.metrics.event(event, resultActed)
@@ -170,7 +199,7 @@ func (p *Plugin) skip(event, id string, role Role) {
 // it and no other instance stamped it already, then adds the stamp.
 func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	p := a.p
-	role := p.coord.Enter()
+	role := a.enter()
 	defer p.coord.Exit()
 	if role != RoleOwner {
 		p.skip("CreateContainer", c.GetId(), role)
@@ -211,7 +240,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 
 func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	defer a.p.coord.Exit()
-	if !a.p.gate("UpdateContainer", c.GetId()) {
+	if !a.gate("UpdateContainer", c.GetId()) {
 		return nil, nil
 	}
 	return a.p.author.(stub.UpdateContainerInterface).UpdateContainer(ctx, pod, c, r)
@@ -219,7 +248,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.p.coord.Exit()
-	if !a.p.gate("StopContainer", c.GetId()) {
+	if !a.gate("StopContainer", c.GetId()) {
 		return nil, nil
 	}
 	return a.p.author.(stub.StopContainerInterface).StopContainer(ctx, pod, c)
@@ -227,7 +256,7 @@ func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api
 
 func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
 	defer a.p.coord.Exit()
-	if !a.p.gate("UpdatePodSandbox", pod.GetId()) {
+	if !a.gate("UpdatePodSandbox", pod.GetId()) {
 		return nil
 	}
 	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
@@ -237,7 +266,7 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 // container it is about.
 func (a *adapter) event(event, id string, call func() error) error {
 	defer a.p.coord.Exit()
-	if !a.p.gate(event, id) {
+	if !a.gate(event, id) {
 		return nil
 	}
 	return call()

@@ -315,7 +315,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 	delay := backoff.New(50*time.Millisecond, 5*time.Second)
 	for {
-		s, closed, err := p.connect(ctx)
+		c, err := p.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				p.leave()
@@ -328,61 +328,109 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		select {
-		case <-ctx.Done():
+		switch p.serve(ctx, c) {
+		case stopped:
 			p.leave()
-			p.disconnect(s)
+			p.disconnect(c)
 			return nil
-		case <-closed:
+		case lost:
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
-			p.disconnect(s)
+			p.disconnect(c)
 			if !delay.Wait(ctx) {
 				p.leave()
 				return nil
 			}
-		case reason := <-p.resync:
-			p.log.WithField("reason", reason).Info("reconnecting to claim ownership in a new Synchronize")
-			p.disconnect(s)
+		case resync:
+			p.disconnect(c)
 			delay.Reset()
 		}
 	}
 }
 
-// connect creates a stub for this instance and starts it. The returned
-// channel is closed if the connection is lost while in use.
-func (p *Plugin) connect(ctx context.Context) (stub.Stub, <-chan struct{}, error) {
-	closed := make(chan struct{})
+type serveEnd int
+
+const (
+	stopped serveEnd = iota // ctx ended
+	lost                    // the runtime connection broke
+	resync                  // reconnect to claim in a new Synchronize
+)
+
+// serve waits on one runtime connection until it must end. A request to
+// claim again is honoured only for a standby whose connection has finished
+// its Synchronize: one still synchronizing is about to claim anyway, and an
+// instance that became owner in the meantime must keep its connection.
+func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
+	for {
+		select {
+		case <-ctx.Done():
+			return stopped
+		case <-c.closed:
+			return lost
+		case reason := <-p.resync:
+			select {
+			case <-c.synced:
+			default:
+				p.log.WithField("reason", reason).Debug("resync not needed: a Synchronize is in progress")
+				continue
+			}
+			if role := p.Role(); role != RoleStandby {
+				p.log.WithFields(logrus.Fields{"reason": reason, "role": role.String()}).Debug("resync not needed")
+				continue
+			}
+			p.log.WithField("reason", reason).Info("reconnecting to claim ownership in a new Synchronize")
+			return resync
+		}
+	}
+}
+
+// conn is one connection to the runtime.
+type conn struct {
+	stub    stub.Stub
+	adapter *adapter
+	closed  chan struct{} // closed when the connection is lost
+	synced  chan struct{} // closed when its Synchronize has returned
+}
+
+// connect creates a stub for this instance and starts it.
+func (p *Plugin) connect(ctx context.Context) (*conn, error) {
+	c := &conn{closed: make(chan struct{}), synced: make(chan struct{})}
 	var once sync.Once
 	opts := append([]stub.Option{
 		stub.WithPluginName(p.cfg.name),
 		stub.WithPluginIdx(p.cfg.idx),
-		stub.WithOnClose(func() { once.Do(func() { close(closed) }) }),
+		stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) }),
 	}, p.cfg.stubOptions...)
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
-	s, err := stub.New(&adapter{p: p}, opts...)
+	c.adapter = &adapter{p: p, synced: c.synced}
+	s, err := stub.New(c.adapter, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create NRI stub: %w", err)
+		return nil, fmt.Errorf("create NRI stub: %w", err)
 	}
+	c.stub = s
 	p.stubMu.Lock()
 	p.stub = s
 	p.stubMu.Unlock()
 	if err := s.Start(ctx); err != nil {
-		p.disconnect(s)
-		return nil, nil, fmt.Errorf("start NRI stub: %w", err)
+		p.disconnect(c)
+		return nil, fmt.Errorf("start NRI stub: %w", err)
 	}
-	return s, closed, nil
+	return c, nil
 }
 
-func (p *Plugin) disconnect(s stub.Stub) {
+// disconnect closes a runtime connection. Its handlers stop acting first,
+// so that a request still being handled on it cannot act after this
+// instance took a role on a newer connection.
+func (p *Plugin) disconnect(c *conn) {
+	c.adapter.closed.Store(true)
 	p.stubMu.Lock()
-	if p.stub == s {
+	if p.stub == c.stub {
 		p.stub = nil
 	}
 	p.stubMu.Unlock()
-	s.Stop()
+	c.stub.Stop()
 }
 
 // leave hands ownership to a standby, if there is one, before this instance

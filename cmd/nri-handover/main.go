@@ -3,6 +3,11 @@
 //
 //	nri-handover demo [flags]   upgrade and roll back a sample plugin under load,
 //	                            on an in-process NRI runtime, and report
+//	nri-handover status [flags] [PLUGIN]
+//	                            who owns each plugin on this node, standbys,
+//	                            retired instances, the last handover
+//	nri-handover probe ready|live --plugin NAME [flags]
+//	                            Kubernetes exec probes for one instance
 package main
 
 import (
@@ -30,6 +35,11 @@ commands:
   demo    run the sample plugin through upgrades and rollbacks under a stream
           of pod and container events on an in-process NRI runtime, and print
           what each version handled, duplicates and misses
+  status  show, for each plugin in the handover directory, the owner, its
+          version and start time, the standbys, the retired instances and
+          the last handover (exit 1 if a plugin has no answering owner)
+  probe   ready|live --plugin NAME [--instance ID]: Kubernetes exec probes;
+          ready only on the owner, live on any instance that answers
 
 run 'nri-handover <command> -h' for the command's flags
 `
@@ -43,6 +53,10 @@ func main() {
 	switch os.Args[1] {
 	case "demo":
 		err = demo(os.Args[2:], os.Stdout)
+	case "status":
+		os.Exit(statusMain(os.Args[2:], os.Stdout, os.Stderr))
+	case "probe":
+		os.Exit(probeMain(os.Args[2:], os.Stdout, os.Stderr))
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -24,17 +24,27 @@ func main() {
 	ledger := flag.String("ledger", "/var/log/nri-audit.log", "file to append one line per acted event to")
 	ver := flag.String("version", version, "plugin version to report and stamp")
 	debug := flag.Bool("debug", false, "log every skipped event")
+	ignoreTerm := flag.Bool("ignore-sigterm", false,
+		"FOR TESTS ONLY: ignore SIGTERM, like a pod stuck terminating (SIGINT still stops it, SIGKILL kills it)")
 	flag.Parse()
 	if *debug {
 		logrus.SetLevel(logrus.DebugLevel)
 	}
-	if err := run(flags, *ledger, *ver); err != nil {
+	if *ignoreTerm {
+		// -ignore-sigterm exists only for the process tests (test/
+		// process_test.go), to play an old pod that does not react to the
+		// kubelet's SIGTERM and is killed after its grace period. Ignored
+		// from the start, so that no SIGTERM can stop the process.
+		signal.Ignore(syscall.SIGTERM)
+		logrus.Warn("ignoring SIGTERM (-ignore-sigterm, for tests only)")
+	}
+	if err := run(flags, *ledger, *ver, *ignoreTerm); err != nil {
 		fmt.Fprintln(os.Stderr, "nri-audit:", err)
 		os.Exit(1)
 	}
 }
 
-func run(flags *plugin.Flags, ledgerPath, ver string) error {
+func run(flags *plugin.Flags, ledgerPath, ver string, ignoreTerm bool) error {
 	opts, err := flags.Options()
 	if err != nil {
 		return err
@@ -50,7 +60,11 @@ func run(flags *plugin.Flags, ledgerPath, ver string) error {
 	}
 	defer fr.Close()
 	rec.r = fr
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	stopSignals := []os.Signal{syscall.SIGTERM, os.Interrupt}
+	if ignoreTerm {
+		stopSignals = []os.Signal{os.Interrupt}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	return p.Run(ctx)
 }
