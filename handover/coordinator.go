@@ -52,6 +52,29 @@ type Config struct {
 	// OnOutcome, if set, is told the outcome of every claim, yield request
 	// and promotion, with how long it took (e.g. for metrics). Must not block.
 	OnOutcome func(o Outcome, took time.Duration)
+	// Failpoint, if set, is called at each step of the protocol (see Step).
+	// Fault tests use it to stop or kill an instance at an exact step; it is
+	// nil in production.
+	Failpoint func(Step)
+}
+
+// Step names a point in the handover protocol, for Config.Failpoint.
+type Step string
+
+// Protocol steps, in the order a handover passes them.
+const (
+	StepClaimLocked   Step = "claim-locked"   // taker: holds the claim lock, about to ask the owner
+	StepYieldReceived Step = "yield-received" // owner: a Yield request arrived, nothing decided
+	StepYieldDecided  Step = "yield-decided"  // owner: retired, the answer not yet sent
+	StepYieldAnswered Step = "yield-answered" // taker: the owner accepted, nothing published
+	StepPublished     Step = "published"      // taker: owner name leads to it, role not yet owner
+	StepOwner         Step = "owner"          // taker: owner, the claim lock still held
+)
+
+func (c *Coordinator) failpoint(s Step) {
+	if c.cfg.Failpoint != nil {
+		c.cfg.Failpoint(s)
+	}
 }
 
 // Outcome names what a claim, a yield request or a promotion came to.
@@ -344,6 +367,7 @@ func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.R
 		return c.currentRole(), fmt.Errorf("claim: %w", err)
 	}
 	defer unlock()
+	c.failpoint(StepClaimLocked)
 
 	ctx, cancel := context.WithTimeout(parent, budget/2)
 	defer cancel()
@@ -385,6 +409,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start)
 	}
 	if resp.Accepted {
+		c.failpoint(StepYieldAnswered)
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
 			resp.Owner.GetId(), resp.Owner.GetVersion()), start)
 	}
@@ -428,6 +453,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		c.demote(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), true)
 		return api.Role_ROLE_STANDBY, err
 	}
+	c.failpoint(StepPublished)
 	if err := c.cfg.Dir.writeEpoch(epoch); err != nil {
 		c.log.WithError(err).Warn("epoch not recorded")
 	}
@@ -444,6 +470,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	c.setLocked(api.Role_ROLE_OWNER, reason)
 	c.mu.Unlock()
 	c.events.Unlock()
+	c.failpoint(StepOwner)
 	return api.Role_ROLE_OWNER, nil
 }
 
@@ -535,6 +562,7 @@ func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
 // yield handles a Yield request: see service.Yield.
 func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	taker := req.GetTaker()
+	c.failpoint(StepYieldReceived)
 	c.events.Lock()
 	defer c.events.Unlock()
 	c.mu.Lock()
@@ -577,6 +605,7 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		go c.watchSuccessor(taker, c.epoch)
 	}
 	c.report(OutcomeYielded, time.Now())
+	c.failpoint(StepYieldDecided)
 	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}
 }
 

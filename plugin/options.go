@@ -22,6 +22,11 @@ const (
 	EnvDir = "NRI_HANDOVER_DIR"
 	// EnvPolicy selects the handover policy by name.
 	EnvPolicy = "NRI_HANDOVER_POLICY"
+	// EnvFailpoint is for fault tests only: "<step>:<action>" makes the
+	// instance kill itself (action "kill", SIGKILL) or stop itself ("stop",
+	// SIGSTOP) when the handover protocol reaches step (a handover.Step,
+	// e.g. "yield-decided"). Never set it in production.
+	EnvFailpoint = "NRI_HANDOVER_FAILPOINT"
 )
 
 // Option configures a Plugin, in the functional-options style of the NRI

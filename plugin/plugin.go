@@ -26,8 +26,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -157,7 +159,12 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if pl.signer, err = stamp.NewSigner(c.name, key); err != nil {
 		return nil, err
 	}
+	failpoint, err := failpointFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	pl.coord, err = handover.New(handover.Config{
+		Failpoint:    failpoint,
 		Dir:          dir,
 		Self:         pl.self,
 		Policy:       c.policy,
@@ -443,4 +450,30 @@ func (p *Plugin) leave() {
 	} else {
 		p.log.Info("stopped as owner; no standby took over")
 	}
+}
+
+// failpointFromEnv reads EnvFailpoint (fault tests only).
+func failpointFromEnv() (func(handover.Step), error) {
+	v := os.Getenv(EnvFailpoint)
+	if v == "" {
+		return nil, nil
+	}
+	step, action, ok := strings.Cut(v, ":")
+	var sig syscall.Signal
+	switch action {
+	case "kill":
+		sig = syscall.SIGKILL
+	case "stop":
+		sig = syscall.SIGSTOP
+	default:
+		ok = false
+	}
+	if !ok {
+		return nil, fmt.Errorf("$%s=%q: want <step>:kill or <step>:stop", EnvFailpoint, v)
+	}
+	return func(s handover.Step) {
+		if string(s) == step {
+			_ = syscall.Kill(os.Getpid(), sig)
+		}
+	}, nil
 }
