@@ -519,7 +519,11 @@ func (c *Coordinator) ownerAlive(ctx context.Context) bool {
 	defer cl.Close()
 	st, err := cl.Status(ctx, &api.StatusRequest{})
 	if err != nil {
-		return true // somebody is there but slow: never risk two owners
+		// Slow (hung, stopped) counts as alive: never risk two owners. A
+		// connection that broke instead belongs to an instance that is
+		// exiting: a killed process's listener may still accept for a moment
+		// while the kernel closes its files.
+		return errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil
 	}
 	if st.Instance.GetId() == c.self.Id {
 		return false
@@ -628,7 +632,10 @@ func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.Wa
 	}()
 	for {
 		c.mu.Lock()
-		if c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER || c.closed {
+		// A joining instance (a successor between the yield and its becoming
+		// owner) is waited on, not reported: its state is about to change.
+		settled := c.role != api.Role_ROLE_JOINING
+		if settled && (c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER) || c.closed {
 			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed, Reason: c.reason}
 			c.mu.Unlock()
 			return resp, nil
@@ -696,14 +703,24 @@ func (c *Coordinator) watchOwner() {
 // while nobody else owns the plugin, it takes ownership back.
 func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64) {
 	defer c.wg.Done()
-	if cl, err := Dial(c.ctx, c.cfg.Dir.InstanceSocket(successor.Id)); err == nil {
-		inOrder := c.watchUntilGone(cl, epoch)
-		cl.Close()
-		if inOrder || c.ctx.Err() != nil {
+	retry := backoff.New(10*time.Millisecond, 2*time.Second)
+	for c.ctx.Err() == nil && c.currentRole() == api.Role_ROLE_RETIRED {
+		if cl, err := Dial(c.ctx, c.cfg.Dir.InstanceSocket(successor.Id)); err == nil {
+			inOrder := c.watchUntilGone(cl, epoch)
+			cl.Close()
+			if inOrder || c.ctx.Err() != nil {
+				return
+			}
+		}
+		if c.promoteIfOrphaned("successor "+successor.Id+" gone") == ownedElsewhere {
+			return // another live instance owns the plugin; it is watched by its own
+		}
+		// Promotion failed or was undecidable (lock busy, owner slow): try
+		// again rather than leave the node without a watcher.
+		if !retry.Wait(c.ctx) {
 			return
 		}
 	}
-	c.promoteIfOrphaned("successor " + successor.Id + " gone")
 }
 
 // watchUntilGone watches the instance behind cl. It returns true when that
@@ -728,26 +745,39 @@ func (c *Coordinator) watchUntilGone(cl *Client, epoch uint64) bool {
 	}
 }
 
+// promotion is what promoteIfOrphaned found.
+type promotion int
+
+const (
+	promoted       promotion = iota // this instance owns the plugin now
+	ownedElsewhere                  // a live instance owns it
+	undecided                       // the lock was busy or publishing failed
+)
+
 // promoteIfOrphaned makes this instance owner, outside a Synchronize, when
 // no live instance owns the plugin. The previous owner is gone, so it cannot
 // act any more: taking over between two of its events is safe.
-func (c *Coordinator) promoteIfOrphaned(why string) {
+func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(ctx)
 	if err != nil {
 		c.log.WithError(err).Warn("promotion: claim lock busy")
-		return
+		return undecided
 	}
 	defer unlock()
-	role := c.currentRole()
-	if role == api.Role_ROLE_OWNER || c.isClosed() || c.ownerAlive(ctx) {
-		return
+	switch {
+	case c.currentRole() == api.Role_ROLE_OWNER:
+		return promoted
+	case c.isClosed():
+		return undecided
+	case c.ownerAlive(ctx):
+		return ownedElsewhere
 	}
 	start := time.Now()
 	if _, err := c.becomeOwner(nil, 0, "promoted: "+why, start); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
-		return
+		return undecided
 	}
 	c.report(OutcomePromoted, start)
 	c.mu.Lock()
@@ -756,6 +786,7 @@ func (c *Coordinator) promoteIfOrphaned(why string) {
 	if c.cfg.OnPromoted != nil {
 		c.cfg.OnPromoted(epoch)
 	}
+	return promoted
 }
 
 func (c *Coordinator) isClosed() bool {

@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -395,5 +396,50 @@ func TestUnresponsiveOwnerIsSupersededAndFenced(t *testing.T) {
 	}
 	if ownerID(t, root) != "b" {
 		t.Fatal("owner name does not lead to b")
+	}
+}
+
+// TestRetiredTakesBackWhileKilledSuccessorStillAccepts: a SIGKILLed
+// process's listener can accept a connection for a moment while the kernel
+// closes its files, so Status fails with a broken connection rather than a
+// refused one. That is an instance going away, not a slow one: the retired
+// predecessor must still take ownership back.
+func TestRetiredTakesBackWhileKilledSuccessorStillAccepts(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	claim(t, a)
+	b := newInstance(t, root, "b", "2.0.0", 2, nil)
+	claim(t, b)
+
+	// A dying listener under the owner name: accepts, then hangs up.
+	dying := filepath.Join(root, "dying.sock")
+	l, err := net.Listen("unix", dying)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	if err := os.Rename(dying, filepath.Join(root, "demo", ownerSocketName)); err != nil {
+		t.Fatal(err)
+	}
+	b.Close() // the successor is gone
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-a.promoted:
+	case <-ctx.Done():
+		t.Fatalf("retired instance did not take back; status %v", a.Status())
+	}
+	if ownerID(t, root) != "a" {
+		t.Fatal("owner name does not lead to a")
 	}
 }
