@@ -11,7 +11,9 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/sirupsen/logrus v1.10.2
 	golang.org/x/sys v0.50.0
+	google.golang.org/grpc v1.81.1
 	google.golang.org/protobuf v1.36.12
+	k8s.io/cri-api v0.34.10
 )
 
 require (
@@ -24,8 +26,9 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/tetratelabs/wazero v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260226221140-a57be14db171 // indirect
-	google.golang.org/grpc v1.81.1 // indirect
 )
 
 tool (
