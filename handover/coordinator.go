@@ -243,7 +243,7 @@ const supersededReason = "superseded: the owner name leads to another instance"
 // socket: someone took over while this instance did not answer. A missing
 // name means nobody did (a claimer always publishes one).
 func (c *Coordinator) superseded() bool {
-	id, err := statID(c.cfg.Dir.OwnerSocket())
+	id, err := c.cfg.Dir.ownerID()
 	return err == nil && id != c.ownSocket
 }
 

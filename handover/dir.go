@@ -35,6 +35,7 @@ const (
 type Dir struct {
 	path   string
 	plugin string
+	fd     int // the directory, opened O_PATH once: owner checks stat relative to it
 }
 
 // OpenDir creates (0700) or checks the handover directory of plugin under
@@ -54,7 +55,32 @@ func OpenDir(root, plugin string) (*Dir, error) {
 			return nil, err
 		}
 	}
+	fd, err := unix.Open(d.path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("handover directory %s: %w", d.path, err)
+	}
+	d.fd = fd
 	return d, nil
+}
+
+// Close releases the directory handle. The files are left alone.
+func (d *Dir) Close() error {
+	if d.fd < 0 {
+		return nil
+	}
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
+
+// ownerID returns the identity of the file behind the owner name: one
+// fstatat(2) relative to the open directory, cheap enough for every event.
+func (d *Dir) ownerID() (fileID, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, ownerSocketName, &st, 0); err != nil {
+		return fileID{}, fmt.Errorf("stat %s: %w", d.OwnerSocket(), err)
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil
 }
 
 func validatePluginName(plugin string) error {

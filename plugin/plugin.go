@@ -86,6 +86,7 @@ type Plugin struct {
 	handles api.EventMask // events the author implements
 	version *version.Version
 	self    *hapi.Instance
+	dir     *handover.Dir
 	coord   *handover.Coordinator
 	signer  *stamp.Signer
 	log     *logrus.Entry
@@ -152,6 +153,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	pl.dir = dir
 	key, err := stamp.LoadOrCreateKey(dir.KeyPath())
 	if err != nil {
 		return nil, fmt.Errorf("stamp key: %w", err)
@@ -312,6 +314,7 @@ func (p *Plugin) requestResync(reason string) {
 // over to a standby (bounded by the leave timeout), then disconnects. Run
 // returns nil after a clean stop.
 func (p *Plugin) Run(ctx context.Context) error {
+	defer p.dir.Close()
 	defer p.coord.Close()
 	if p.cfg.metricsAddr != "" {
 		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
