@@ -15,6 +15,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/stamp"
 )
 
 // Defaults of Config.
@@ -364,6 +365,7 @@ func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.R
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
 		c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
+		c.retryClaimLater()
 		return c.currentRole(), fmt.Errorf("claim: %w", err)
 	}
 	defer unlock()
@@ -393,6 +395,28 @@ func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.R
 	}
 	defer owner.Close()
 	return c.askToYield(ctx, owner, true)
+}
+
+// retryClaimLater asks for a new claim after a pause when a claim found the
+// lock busy: the holder may be a newcomer that hangs or died, which the
+// owner's state does not show, so watching the owner alone would wait forever.
+func (c *Coordinator) retryClaimLater() {
+	if c.cfg.OnResync == nil || c.isClosed() {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTimer(time.Second)
+		defer t.Stop()
+		select {
+		case <-c.ctx.Done():
+		case <-t.C:
+			if c.currentRole() == api.Role_ROLE_STANDBY {
+				c.cfg.OnResync("claim lock was busy; trying again")
+			}
+		}
+	}()
 }
 
 // askToYield sends Yield to owner and takes the answer. A retired instance
@@ -584,6 +608,8 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
 	case taker.GetId() == "" || taker.GetId() == c.self.Id:
 		return refuse("taker has no distinct instance id")
+	case stamp.ValidateInstance(taker.GetId()) != nil:
+		return refuse(fmt.Sprintf("taker id %q is not an instance id", taker.GetId()))
 	case c.role == api.Role_ROLE_OWNER && c.superseded():
 		// A request that waited while this instance was unresponsive; its
 		// sender took over by force meanwhile.

@@ -128,6 +128,9 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if c.instance == "" {
 		c.instance = randomID()
 	}
+	if err := stamp.ValidateInstance(c.instance); err != nil {
+		return nil, fmt.Errorf("instance id (option, -instance or $%s): %w", EnvInstance, err)
+	}
 	handles := eventsOf(p)
 	if handles == 0 {
 		if _, ok := p.(ReconcileInterface); !ok {
@@ -347,6 +350,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
 			p.disconnect(c)
+			select {
+			case <-c.synced: // that connection worked: start the backoff over
+				delay.Reset()
+			default:
+			}
 			if !delay.Wait(ctx) {
 				p.leave()
 				return nil

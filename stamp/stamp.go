@@ -260,6 +260,11 @@ func validatePlugin(plugin string) error {
 }
 
 // validateInstance checks an instance id is 1..128 characters of [-_.a-zA-Z0-9].
+// ValidateInstance checks an instance id: 1..128 characters of
+// [-_.a-zA-Z0-9], the ids a stamp can carry. Instances check their id at
+// start with it, and the handover protocol checks the ids peers send.
+func ValidateInstance(instance string) error { return validateInstance(instance) }
+
 func validateInstance(instance string) error {
 	if l := len(instance); l == 0 || l > maxInstanceLen {
 		return fmt.Errorf("invalid instance id %q: length must be 1..%d", instance, maxInstanceLen)

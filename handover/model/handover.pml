@@ -1,40 +1,65 @@
 /*
- * Promela model of the nri-handover protocol as implemented in
- *   handover/coordinator.go  (Claim, askToYield, becomeOwner, ensurePublished,
- *                             takeBackIfOrphaned, ownerAlive, demote, yield,
- *                             Enter, watchOwner, watchSuccessor,
- *                             watchUntilGone, promoteIfOrphaned, Leave, Close)
- *   handover/dir.go          (Lock = flock on <dir>/lock, publishOwner = link +
- *                             rename of owner.sock, statID used by Enter)
- *   plugin/adapter.go        (Synchronize calls Claim; every event handler
- *                             calls gate/Enter and acts only as owner)
- *   plugin/plugin.go         (Run: reconnect after a lost connection or a
- *                             resync request; leave on SIGTERM)
- * and of the NRI runtime facts it relies on (docs/design.md):
+ * Promela model of the nri-handover protocol as implemented (issue 7).
+ *
+ * Every step names the Go code it stands for:
+ *   handover/coordinator.go  Claim/claim, askToYield, becomeOwner,
+ *                            ensurePublished, takeBackIfOrphaned, ownerAlive,
+ *                            demote, yield (+ superseded), Enter, watch,
+ *                            watchOwner, watchSuccessor, watchUntilGone,
+ *                            promoteIfOrphaned, Leave, Close
+ *   handover/dir.go          Dir.Lock (flock on <dir>/lock), Dir.publishOwner
+ *                            (link + rename of owner.sock), statID (Enter)
+ *   handover/policy.go       NewestInstance.Allow
+ *   plugin/adapter.go        adapter.Synchronize (calls Claim), adapter.gate /
+ *                            enter (every event handler: Enter, act as owner)
+ *   plugin/plugin.go         Plugin.Run / serve / connect / disconnect / leave
+ * and of the NRI runtime facts the protocol relies on (docs/design.md):
  *   - the runtime serializes events; each event goes to every connected
  *     plugin, one after the other, in an unspecified order (chosen anew,
  *     nondeterministically, for every event);
  *   - a plugin is synchronized under the runtime's sync lock: no event is in
- *     flight while its Synchronize runs; it is appended to the chain when
- *     Synchronize returns and then receives every later event;
+ *     flight while its Synchronize runs, and synchronizations do not overlap;
+ *     it is appended to the chain when Synchronize returns and then receives
+ *     every later event;
  *   - a plugin that crashes, times out or whose connection breaks is dropped.
  *
- * Run:  make model   (handover/model/check.sh; docs/model.md explains it all)
+ * Run it with `make model` (handover/model/check.sh); docs/model.md explains
+ * what is covered, the invariants, the bounds and the findings.
  *
- * Bounds (the defaults; override with -D on the spin command line):
- *   NI       = 3  instances: 0 = the old owner, 1 = a newcomer, 2 = a second
- *                newcomer. Instance i started before instance i+1 (this is
- *                what the newest-instance policy compares); the runtime may
- *                synchronize them in any order, between any two events.
- *   NEV      = 3  events delivered by the runtime.
- *   MAXFAULT = 1  faults: a crash (SIGKILL), a drop by the runtime of a live
- *                instance (it timed out; it reconnects later), or a stop
- *                (SIGTERM: Leave, disconnect, Close), of any instance, at any
- *                step.
+ * Bounds (check.sh runs these configurations, each exhaustively):
+ *   c1  NI=2 NEV=4 MAXFAULT=2 MAXSYNC=5   old owner + newcomer, two faults
+ *   c2  NI=3 NEV=3 MAXFAULT=0             old owner + two newcomers
+ *   c3  NI=3 NEV=1 MAXFAULT=1 MAXSYNC=4   old owner + two newcomers, a fault
+ * where
+ *   NI       instances (2 or 3). Instance i started before instance i+1: this
+ *            is what the newest-instance policy compares. All are started at
+ *            the beginning; the runtime synchronizes them in any order,
+ *            between any two events.
+ *   NEV      events the runtime delivers.
+ *   MAXFAULT faults, each of any instance at any step: a crash (SIGKILL), or
+ *            a stop (SIGTERM: Leave, disconnect, Close); with -DFAULT_DROP
+ *            also a stall past the runtime's request timeout (the runtime
+ *            drops the live instance, which reconnects later).
+ *   MAXSYNC  Synchronize calls in all (first ones, resyncs, reconnections).
  * Timing is abstracted away: every bounded wait (claim lock, Yield answer,
- * Leave) may expire at any moment while it is waiting, and every delay
- * (a Yield request not yet served, a watcher not yet woken) can last
- * across any number of steps of the other processes.
+ * Leave) may expire at any moment while it waits, and every delay (a Yield
+ * request not yet served, a watcher not yet woken) may last across any
+ * number of steps of the other processes. So a hung or slow instance is
+ * covered by the interleavings themselves.
+ *
+ * Invariants (assertions; "lossy" = a crash, a drop, or the stop of an owner
+ * that did not hand over):
+ *   I1  an instance that yielded, retired or lost the owner name never acts
+ *       again unless it published itself again (took ownership back)
+ *   I2  an event is acted on at most once, except: a second action happens
+ *       only if every earlier actor crashed or stopped after acting and the
+ *       second one was promoted (unfenced) during that same delivery
+ *   I3  with no lossy fault so far, every event that reaches a synchronized
+ *       instance is acted on (with I2: exactly once)
+ *   I4  at most one owner (role owner and the owner name leads to it); two
+ *       live instances in the owner role only after a forced takeover or a
+ *       lossy fault
+ *   I5  the protocol never blocks the runtime: all NEV events are delivered
  *
  * Variants (-D):
  *   BROKEN_UNFENCED_CLAIM  the newcomer is appended to the chain at once and
@@ -42,18 +67,19 @@
  *                          Synchronize (no fence): spin must find a violation.
  *   BROKEN_NO_FENCING      Enter does not check the owner name: spin must
  *                          find a violation (forced takeover of a slow owner).
- *   STRICT_AT_MOST_ONCE    claim that no event is ever acted on twice, even
- *                          around a fault (does NOT hold: see docs/model.md).
- *   CHECK_RECOVERY         claim that after the run, if an instance is alive
- *                          and connected, some connected instance owns the
- *                          plugin (does NOT hold: see docs/model.md).
- *   CHECK_SYNC_ROLE        claim that the adapter calls the author's
- *                          Synchronize only as owner (does NOT hold: see
- *                          docs/model.md).
+ * Findings: properties the implementation does NOT have (check.sh findings,
+ * docs/model.md):
+ *   STRICT_AT_MOST_ONCE    no event acted on twice even around a crash   (F1)
+ *   CHECK_RECOVERY         in the end, if an instance is alive and
+ *                          synchronized, a synchronized one owns         (F2)
+ *   CHECK_SELF_YIELD       a claim never asks its own instance to yield  (F3)
+ *   FAULT_DROP             add the stall-and-drop fault: I2 fails        (F4)
+ *   CHECK_SYNC_ROLE        the author's Synchronize runs only on the
+ *                          owner (with FAULT_DROP, NO_I2)                (F5)
  */
 
 #ifndef NI
-#define NI 3
+#define NI 2
 #endif
 #ifndef NEV
 #define NEV 3
@@ -65,68 +91,72 @@
 #define MAXSYNC (NI + 2)
 #endif
 
-#define NONE 7          /* no instance */
+#define NONE 7                  /* no instance */
 #define bit(i) (1 << (i))
+#define LAST (NI - 1)           /* the last instance (1 or 2) */
 
 /* api.Role, and api.YieldResponse.Accepted */
 mtype = { JOINING, OWNER, STANDBY, RETIRED, ACCEPT, REFUSE };
 
-/* ---- state of each instance (Coordinator fields and process facts) ---- */
-mtype role[NI] = JOINING; /* c.role                                     */
-bool alive[NI];          /* the process runs (not crashed, not exited)   */
-bool sock[NI];           /* its instances/<id>.sock answers              */
-bool closed[NI];         /* c.closed (Coordinator.Close)                 */
-bool leaving[NI];        /* c.leaving (Coordinator.Leave)                */
-byte successor[NI];      /* c.successor                                  */
-byte lastTo[NI];         /* c.lastHandover.ToId                          */
-byte watching[NI];       /* standby i has a Watch open on this instance  */
-                         /* (it is in that instance's c.watchers)        */
+/* ---- each instance: Coordinator fields and process facts ---- */
+mtype role[NI] = JOINING;       /* c.role                                   */
+bool alive[NI];                 /* the process runs (not crashed or exited) */
+bool sock[NI];                  /* its instances/<id>.sock answers          */
+bool closed[NI];                /* c.closed (Coordinator.Close)             */
+bool leaving[NI];               /* c.leaving (Coordinator.Leave)            */
+byte successor[NI];             /* c.successor                              */
+byte lastTo[NI];                /* c.lastHandover.ToId                      */
+byte watching[NI];              /* standby i has a Watch open on that       */
+                                /* instance (it is in its c.watchers)       */
 
-/* ---- runtime connection (plugin.Run, stub, runtime chain) ---- */
-bool wantsync[NI];       /* connected, waiting for / in its Synchronize  */
-bool inchain[NI];        /* synchronized: receives every event           */
-bool dropped[NI];        /* dropped while alive: plugin.Run reconnects   */
-bool resync[NI];         /* OnResync requested (p.resync channel)        */
-bool sreq[2*NI];         /* a Synchronize call served by Syncer slot     */
-bool woStart[NI];        /* go c.watchOwner() requested                  */
-chan wsq[NI] = [2] of { byte };  /* go c.watchSuccessor(taker) requested */
-byte syncing = NONE;     /* instance being synchronized (sync lock held) */
-byte nsync = 0;          /* Synchronize calls so far (bounded: MAXSYNC)  */
+/* ---- goroutines started on demand (static processes wait for these) ---- */
+bool sreq[2*NI];                /* a Synchronize call, served by Syncer slot */
+bool woStart[NI];               /* go c.watchOwner()                         */
+chan wsq[NI] = [2] of { byte }; /* go c.watchSuccessor(taker)                */
+
+/* ---- the runtime connection (plugin.Run, the stub, the runtime's chain) ---- */
+bool wantsync[NI];              /* connected, waiting for its Synchronize   */
+bool inchain[NI];               /* synchronized: receives every event       */
+bool dropped[NI];               /* dropped while alive: Run reconnects      */
+bool resync[NI];                /* a pending OnResync (p.resync, buffer 1)  */
+byte syncing = NONE;            /* being synchronized (sync lock held)      */
+byte nsync = 0;                 /* Synchronize calls so far                 */
 
 /* ---- the handover directory ---- */
-byte name = NONE;        /* owner.sock leads to this instance's socket   */
-byte lock = NONE;        /* holder of the claim lock (flock)             */
+byte name = NONE;               /* owner.sock leads to this one's socket    */
+byte lock = NONE;               /* holder of the claim lock (flock)         */
 
-/* ---- the side channel: Yield requests and their answers ---- */
-chan yq[NI] = [3] of { byte, byte };  /* (taker, request id) per server  */
-byte yseq[NI];           /* request id of the taker's last Yield         */
-byte ywait[NI] = NONE;   /* server the taker waits on (NONE: not waiting)*/
-bool yready[NI];         /* an answer arrived in time                    */
-mtype ykind[NI];         /* ACCEPT or REFUSE                             */
-byte yowner[NI];         /* resp.Owner                                   */
+/* ---- the side channel: Yield requests and answers ---- */
+chan yq[NI] = [3] of { byte, byte };  /* per server: (taker, request id)    */
+byte ypend[NI];                 /* the taker's requests not yet served      */
+byte yseq[NI];                  /* id of the taker's last request           */
+byte ywait[NI];                 /* server the taker waits on, or NONE       */
+bool yready[NI];                /* an answer arrived before the deadline    */
+mtype ykind[NI];                /* ACCEPT or REFUSE                         */
+byte yowner[NI];                /* resp.Owner                               */
 
 /* ---- faults ---- */
-byte faults = 0;         /* faults injected so far                       */
-bool lossy = 0;          /* a fault that may lose or repeat events:      */
-                         /* crash, drop, or stop of a non-handed owner   */
-bool forced = 0;         /* some claim took over without a Yield answer  */
+byte faults = 0;                /* faults injected so far                   */
+bool lossy = 0;                 /* a crash or drop, or a stop of an owner   */
+                                /* that did not hand over                   */
+bool forced = 0;                /* a claim took over without the owner's    */
+                                /* answer (Yield deadline or error)         */
 
 /* ---- bookkeeping for the invariants ---- */
-byte ev = 0;             /* events delivered so far                      */
-bool delivering = 0;     /* an event is in flight                        */
-byte actedBy = 0;        /* instances that acted on the event in flight  */
-byte promotedMid = 0;    /* instances promoted outside a Synchronize     */
-                         /* while the event in flight was being delivered */
-bool gaveUp[NI];         /* yielded, retired, or the owner name moved away */
-                         /* (cleared when it publishes itself again)      */
+byte ev = 0;                    /* events delivered so far                  */
+bool delivering = 0;            /* an event is in flight                    */
+byte actedBy = 0;               /* who acted on the event in flight         */
+byte promotedMid = 0;           /* promoted (outside a Synchronize) while   */
+                                /* the event in flight was being delivered  */
+bool gaveUp[NI];                /* yielded, retired, or the owner name moved */
+                                /* away; cleared when it publishes itself   */
 
-/* i is connected, waits for its Synchronize, and has a free Syncer slot */
-#define CANSYNC(i) (wantsync[i] && alive[i] && (sreq[2*(i)] == 0 || sreq[2*(i)+1] == 0))
+#define SET(c) ((c(0) -> 1 : 0) | (c(1) -> 2 : 0) | ((NI > 2 && c(LAST)) -> bit(LAST) : 0))
+#define INCHAIN(i) inchain[i]
+#define ALIVE(i) alive[i]
+#define CANSYNC(i) (wantsync[i] && alive[i] && (!sreq[2*(i)] || !sreq[2*(i)+1]))
 
-#define CHAINMASK ((inchain[0] -> 1 : 0) | (inchain[1] -> 2 : 0) | \
-                   ((NI > 2 && inchain[NI-1]) -> bit(NI-1) : 0))
-
-/* pick one instance of a non-empty bit set, nondeterministically */
+/* one instance out of a non-empty set, nondeterministically */
 inline pick(set, i) {
   if
   :: (set & 1) -> i = 0
@@ -137,28 +167,29 @@ inline pick(set, i) {
   fi
 }
 
-/* ------------------------------------------------------------------ */
-/* Acting on one event: gate -> Coordinator.Enter, then the author's   */
-/* handler. The events lock is held from Enter to Exit, so nothing of  */
-/* the same instance (yield, becomeOwner, demote, Leave) runs between  */
-/* the check and the action: one atomic step.                          */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* One event at one instance: adapter.gate -> adapter.enter ->         */
+/* Coordinator.Enter, then the author's handler if the role is owner.  */
+/* The events lock is held from Enter to Exit, so nothing else of the  */
+/* instance (yield, becomeOwner, demote, Leave) runs between the check  */
+/* and the action: one atomic step.                                    */
+/* ================================================================== */
 inline act(i) {
   /* I1: an instance that yielded, retired or lost the owner name never
-     acts again, unless it took ownership back (published itself). */
+     acts again, unless it published itself again (took ownership back) */
   assert(!gaveUp[i]);
   if
   :: actedBy != 0 ->
 #ifdef STRICT_AT_MOST_ONCE
-     assert(actedBy == 0);
-#else
-     /* I2: a second action on one event happens only when every earlier
-        actor died or stopped after acting, within this very delivery, and
-        this instance was promoted (unfenced) within this very delivery. */
+     assert(actedBy == 0)
+#elif !defined(NO_I2)
+     /* I2: a second action on one event only when every earlier actor has
+        crashed or stopped since acting, and this instance was promoted
+        (outside any Synchronize) during this very delivery */
      assert((promotedMid & bit(i)) != 0 &&
             ((actedBy & 1) == 0 || !sock[0]) &&
             ((actedBy & 2) == 0 || !sock[1]) &&
-            (NI < 3 || (actedBy & bit(NI-1)) == 0 || !sock[NI-1]))
+            (NI < 3 || (actedBy & bit(LAST)) == 0 || !sock[LAST]))
 #endif
   :: else
   fi;
@@ -168,49 +199,47 @@ inline act(i) {
 inline deliver(i) {
   if
   :: inchain[i] && alive[i] ->
-     /* plugin.gate -> Coordinator.Enter */
 #ifndef BROKEN_NO_FENCING
+     /* Coordinator.Enter: an owner whose name leads elsewhere retires */
      if
-     :: role[i] == OWNER && name != i ->
-        /* statID(owner.sock) != c.ownSocket: superseded, retire on the spot */
-        role[i] = RETIRED
+     :: role[i] == OWNER && name != i -> role[i] = RETIRED   /* superseded() */
      :: else
      fi;
 #endif
      if
-     :: role[i] == OWNER -> act(i)        /* the author's handler runs */
-     :: else                              /* plugin.skip */
+     :: role[i] == OWNER -> act(i)   /* the author's handler runs */
+     :: else                         /* Plugin.skip */
      fi
-  :: else                                 /* dead or dropped: not called */
+  :: else                            /* dead or dropped: not called */
   fi
 }
 
-/* ------------------------------------------------------------------ */
-/* Coordinator.becomeOwner: Dir.publishOwner (link + rename: one atomic */
-/* step), then under the events lock role = owner. Call with the lock.  */
-/* Uses the caller's locals me, from, unfenced.                        */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* Coordinator.becomeOwner (called with the claim lock): publish first, */
+/* then, under the events lock, role = owner. Caller's locals: me,      */
+/* from, unfenced.                                                     */
+/* ================================================================== */
 inline becomeOwner() {
   atomic { alive[me] ->
-    /* Dir.publishOwner */
+    /* Dir.publishOwner: link + rename, one atomic step */
     if
-    :: name != NONE && name != me && alive[name] && role[name] == OWNER ->
-       forced = 1                         /* a live owner loses the name */
-    :: else
-    fi;
-    if
-    :: name != NONE && name != me -> gaveUp[name] = 1
+    :: name != NONE && name != me ->
+       if
+       :: alive[name] && role[name] == OWNER -> forced = 1   /* a live owner loses the name */
+       :: else
+       fi;
+       gaveUp[name] = 1
     :: else
     fi;
     name = me;
     gaveUp[me] = 0
   }
   atomic { alive[me] ->
-    /* c.events.Lock(); c.setLocked(ROLE_OWNER) */
+    /* c.events.Lock(); c.setLocked(ROLE_OWNER, reason) */
     role[me] = OWNER;
     successor[me] = NONE;
     if
-    :: from != NONE -> lastTo[me] = me    /* c.lastHandover: from -> self */
+    :: from != NONE -> lastTo[me] = me   /* c.lastHandover: from -> self */
     :: else
     fi;
     if
@@ -220,205 +249,200 @@ inline becomeOwner() {
   }
 }
 
-/* Coordinator.demote(STANDBY, reason, watch=true): Uses me, pid_ */
+/* Coordinator.demote(ROLE_STANDBY, reason, watch=true), inside an atomic */
 inline demoteStandby() {
-  atomic { alive[me] ->
-    if
-    :: role[me] != STANDBY && !closed[me] ->
-       if
-       :: role[me] == OWNER || role[me] == RETIRED -> gaveUp[me] = 1
-       :: else
-       fi;
-       role[me] = STANDBY;
-       woStart[me] = 1                    /* go c.watchOwner() */
-    :: else -> role[me] = STANDBY
-    fi
-  }
+  if
+  :: role[me] != STANDBY && !closed[me] ->
+     if
+     :: role[me] == OWNER || role[me] == RETIRED -> gaveUp[me] = 1
+     :: else
+     fi;
+     role[me] = STANDBY;
+     woStart[me] = 1                  /* go c.watchOwner() */
+  :: else -> role[me] = STANDBY
+  fi
 }
 
-/* Coordinator.ownerAlive: result in oa (0 no, 1 yes). Uses me, h, s2, oa. */
+/* Coordinator.ownerAlive (called with the claim lock): oa = 0 no, 1 yes. */
+/* Caller's locals: me, h, s2, oa.                                        */
 inline ownerAlive() {
   atomic { alive[me] ->
-    h = name;                             /* Dial(owner.sock) */
-    oa = ((h == NONE || !sock[h]) -> 0 : 2)
+    h = name;                         /* Dial(owner.sock) */
+    oa = ((h == NONE || !sock[h]) -> 0 : 2)   /* ErrNoInstance: no */
   }
   if
   :: oa == 2 ->
-     atomic { alive[me] ->                /* cl.Status */
+     atomic { alive[me] ->            /* cl.Status */
        if
-       :: !sock[h] -> oa = 1              /* Status failed: "slow", assume alive */
-       :: sock[h] && h == me -> oa = 0    /* it is us */
+       :: !sock[h] -> oa = 1          /* error: "somebody is there but slow" */
+       :: sock[h] && h == me -> oa = 0
        :: sock[h] && h != me && role[h] == OWNER -> oa = 1
        :: sock[h] && h != me && role[h] != OWNER ->
-          s2 = lastTo[h]; oa = 3          /* a retired holder: its successor? */
+          /* a retired holder: Dial(InstanceSocket(LastHandover.ToId)) */
+          s2 = lastTo[h];
+          oa = ((s2 != NONE && s2 != me && sock[s2]) -> 1 : 0)
        fi
      }
-     if
-     :: oa == 3 ->
-        atomic { alive[me] ->             /* Dial(InstanceSocket(succ)) */
-          oa = ((s2 != NONE && s2 != me && sock[s2]) -> 1 : 0)
-        }
-     :: else
-     fi
   :: else
   fi
 }
 
-/* Coordinator.promoteIfOrphaned. Uses me, got, h, s2, oa, from, unfenced. */
+/* Coordinator.promoteIfOrphaned. Caller's locals: me, h, s2, oa, from, */
+/* unfenced.                                                             */
 inline promoteIfOrphaned() {
-  /* Dir.Lock(ctx): the lock may stay busy until the deadline */
   if
-  :: atomic { alive[me] && lock == NONE -> lock = me; got = 1 }
-  :: atomic { alive[me] && lock != NONE -> got = 0 }   /* "claim lock busy" */
-  fi;
-  if
-  :: got ->
-     atomic { alive[me] -> oa = ((role[me] == OWNER || closed[me]) -> 1 : 0) }
+  :: atomic { alive[me] && lock == NONE ->       /* Dir.Lock(ctx) */
+       lock = me;
+       /* role == owner || isClosed(): return */
+       oa = ((role[me] == OWNER || closed[me]) -> 1 : 0)
+     }
      if
      :: oa == 0 -> ownerAlive()
      :: else
      fi;
      if
-     :: oa == 0 ->
-        from = NONE; unfenced = 1;
-        becomeOwner()                     /* "promoted: ..." */
+     :: oa == 0 -> from = NONE; unfenced = 1; becomeOwner()   /* "promoted: ..." */
      :: else
      fi;
-     atomic { if :: lock == me -> lock = NONE :: else fi }   /* unlock */
-  :: else
+     atomic { lock == me ->                        /* defer unlock() */
+       lock = NONE;
+       h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0
+     }
+  :: atomic { alive[me] && lock != NONE -> skip }  /* "promotion: claim lock busy" */
   fi
 }
 
-/* ------------------------------------------------------------------ */
-/* adapter.Synchronize -> Coordinator.Claim (in the runtime's sync     */
-/* request, under the runtime's sync lock), then the author's          */
-/* Synchronize if the claim returned owner.                            */
-/* ------------------------------------------------------------------ */
-#define D_NONE    0
-#define D_ASK     1
-#define D_BECOME  2
-#define D_STANDBY 3
-#define D_ENSURE  4
+/* ================================================================== */
+/* adapter.Synchronize -> Coordinator.Claim, run by the runtime's       */
+/* Synchronize request (sync lock held), then the author's Synchronize  */
+/* if the claim returned owner. Two slots per instance: with FAULT_DROP */
+/* a new Synchronize may start while a stalled Claim still runs.        */
+/* ================================================================== */
+#define D_NONE     0
+#define D_ASK      1
+#define D_BECOME   2
+#define D_STANDBY  3
+#define D_ENSURE   4
 #define D_TAKEBACK 5
-#define D_DONE    6
+#define D_DONE     6
 
-/* Two slots per instance: a new Synchronize (after the runtime dropped */
-/* the instance) may start while the previous Claim is still running.   */
 proctype Syncer(byte me; byte slot) {
   byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0;
-  bool tmo = 0, redirect = 1, okk = 0, unfenced = 0, retOwner = 0;
-  mtype k = ACCEPT;
+  bool redirect = 1, unfenced = 0, retOwner = 0, locked = 0;
 end:
   do
-  :: atomic { sreq[2*me + slot] != 0 -> skip }
-
-  /* Coordinator.claim: Dir.Lock with a quarter of the claim budget */
-  if
-  :: atomic { alive[me] && lock == NONE -> lock = me }
-  :: atomic { alive[me] && lock != NONE -> skip } ->
-     demoteStandby();                     /* "claim: ... another handover" */
-     goto done
-  fi;
-
-  /* switch c.currentRole() */
-  atomic { alive[me] ->
-    if
-    :: role[me] == OWNER -> dec = D_ENSURE
-    :: role[me] == RETIRED -> dec = D_TAKEBACK
-    :: else ->
-       h = name;                          /* Dial(owner.sock) */
-       dec = ((h == NONE || !sock[h]) -> D_BECOME : D_ASK)  /* ErrNoInstance: "no owner on the node" */
-    fi
-  }
-
-  if
-  :: dec == D_ENSURE ->
-     /* Coordinator.ensurePublished */
-     atomic { alive[me] -> h = name; okk = (h != NONE && sock[h]) }
-     if
-     :: !okk -> atomic { alive[me] -> name = me; gaveUp[me] = 0 }   /* publishOwner */
-     :: okk && h == me -> skip
-     :: okk && h != me ->
-        atomic { alive[me] ->
-          if
-          :: !sock[h] -> skip             /* Status error: return err */
-          :: sock[h] && role[h] == OWNER ->
-             role[me] = RETIRED; gaveUp[me] = 1   /* demote(RETIRED, "superseded") */
-          :: sock[h] && role[h] != OWNER ->
-             if :: name != me && name != NONE -> gaveUp[name] = 1 :: else fi;
-             name = me; gaveUp[me] = 0    /* publishOwner */
-          fi
-        }
-     fi;
-     retOwner = 1;                        /* claim returns ROLE_OWNER, nil */
-     dec = D_DONE
-  :: dec == D_TAKEBACK ->
-     /* Coordinator.takeBackIfOrphaned */
-     ownerAlive();
-     dec = ((oa == 0) -> D_BECOME : D_DONE)   /* "successor gone; took ownership back" */
-  :: dec == D_ASK ->
-     /* Coordinator.askToYield(owner, redirect) */
-ask: atomic { alive[me] ->
-       yseq[me] = (yseq[me] + 1) % 4;
-       ywait[me] = h; yready[me] = 0;
+  :: atomic { sreq[2*me + slot] && alive[me] && lock == NONE ->
+       lock = me; locked = 1;         /* claim: Dir.Lock(lctx) */
+       /* switch c.currentRole() */
        if
-       :: nfull(yq[h]) -> yq[h]!me,yseq[me]   /* owner.Yield(ctx, taker=me) */
-       :: full(yq[h]) -> skip                  /* (never in practice) */
+       :: role[me] == OWNER -> dec = D_ENSURE
+       :: role[me] == RETIRED -> dec = D_TAKEBACK
+       :: else ->
+          h = name;                   /* Dial(ctx, owner.sock) */
+          dec = ((h == NONE || !sock[h]) -> D_BECOME : D_ASK)  /* ErrNoInstance: "no owner on the node" */
        fi
      }
      if
-     :: atomic { alive[me] && yready[me] -> ywait[me] = NONE; k = ykind[me]; o = yowner[me]; tmo = 0 }
-     :: atomic { alive[me] -> ywait[me] = NONE; tmo = 1 }  /* ctx deadline (half the budget) or error */
+     :: dec == D_ENSURE ->
+        /* Coordinator.ensurePublished */
+        atomic { alive[me] ->
+          h = name;                   /* Dial(owner.sock), cl.Status */
+          if
+          :: h == NONE || !sock[h] -> name = me; gaveUp[me] = 0   /* publishOwner */
+          :: h == me && sock[h] -> skip
+          :: h != me && h != NONE && sock[h] && role[h] == OWNER ->
+             role[me] = RETIRED; gaveUp[me] = 1   /* demote(RETIRED, "superseded by") */
+          :: h != me && h != NONE && sock[h] && role[h] != OWNER ->
+             gaveUp[h] = 1; name = me; gaveUp[me] = 0   /* publishOwner */
+          fi;
+          retOwner = 1;               /* return ROLE_OWNER, nil */
+          dec = D_DONE
+        }
+     :: dec == D_TAKEBACK ->
+        /* Coordinator.takeBackIfOrphaned */
+        ownerAlive();
+        dec = ((oa == 0) -> D_BECOME : D_DONE)   /* "successor gone; took ownership back" */
+     :: dec == D_ASK ->
+        /* Coordinator.askToYield(ctx, owner, redirect) */
+ask:    atomic { alive[me] ->
+#ifdef CHECK_SELF_YIELD
+          /* a claim never asks its own instance to yield */
+          assert(h != me);
+#endif
+          /* owner.Yield(ctx, {Taker: me}) */
+          yseq[me] = ((ypend[me] == 0) -> 1 : yseq[me] % 3 + 1);
+          ywait[me] = h; yready[me] = 0;
+          if
+          :: nfull(yq[h]) -> yq[h]!me,yseq[me]; ypend[me]++
+          :: full(yq[h]) -> skip      /* (not reached with these bounds) */
+          fi
+        }
+        if
+        :: atomic { alive[me] && yready[me] ->
+             ywait[me] = NONE;
+             if
+             :: ykind[me] == ACCEPT ->
+                from = yowner[me]; dec = D_BECOME      /* "took over from ..." */
+             :: ykind[me] == REFUSE && yowner[me] == me ->
+                from = NONE; dec = D_BECOME            /* "owner name repaired" */
+             :: ykind[me] == REFUSE && yowner[me] != me && yowner[me] != NONE && redirect ->
+                o = yowner[me];
+                if
+                :: sock[o] -> h = o; redirect = 0; dec = D_ASK   /* askToYield(next, false) */
+                :: else -> from = NONE; dec = D_BECOME           /* "owner's successor is gone" */
+                fi
+             :: else -> dec = D_STANDBY                /* demote(STANDBY, resp.Reason) */
+             fi
+           }
+        :: atomic { alive[me] ->
+             /* the deadline (half the budget) expired, or the call failed */
+             ywait[me] = NONE;
+             forced = 1; from = NONE; dec = D_BECOME   /* "owner unresponsive; took over" */
+           }
+        fi;
+        if
+        :: dec == D_ASK -> goto ask
+        :: else
+        fi
+     :: else
      fi;
      if
-     :: tmo ->
-        forced = 1;
-        from = NONE; dec = D_BECOME       /* "owner unresponsive; took over" */
-     :: !tmo && k == ACCEPT ->
-        from = o; dec = D_BECOME          /* "took over from ..." */
-     :: !tmo && k == REFUSE && o == me ->
-        from = NONE; dec = D_BECOME       /* "owner name repaired" */
-     :: !tmo && k == REFUSE && o != me && o != NONE && redirect ->
-        atomic { alive[me] -> okk = sock[o] }  /* Dial(InstanceSocket(resp.Owner)) */
-        if
-        :: okk -> h = o; redirect = 0; goto ask   /* askToYield(next, false) */
-        :: else -> from = NONE; dec = D_BECOME    /* "owner's successor is gone" */
-        fi
-     :: else -> dec = D_STANDBY           /* demote(STANDBY, resp.Reason) */
-     fi
-  :: else
-  fi;
-
-  if
-  :: dec == D_BECOME -> unfenced = 0; becomeOwner(); retOwner = 1
-  :: dec == D_STANDBY -> demoteStandby()
-  :: else
-  fi;
-  atomic { if :: lock == me -> lock = NONE :: else fi }   /* defer unlock() */
-
+     :: dec == D_BECOME -> unfenced = 0; becomeOwner(); retOwner = 1
+     :: dec == D_STANDBY -> atomic { alive[me] -> demoteStandby() }
+     :: else
+     fi;
+     goto done
+  :: atomic { sreq[2*me + slot] && alive[me] && lock != NONE ->
+       /* the claim lock stays busy until lctx ends: */
+       /* demote(STANDBY, "claim: ... another handover is in progress") */
+       demoteStandby()
+     }
 done:
-  /* adapter.Synchronize: role, err := Claim(); if role != owner return */
-  atomic { alive[me] ->
+     atomic { alive[me] ->
+       if :: locked && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
 #ifdef CHECK_SYNC_ROLE
-    /* the author's Synchronize runs only if Claim returned owner: it must be */
-    assert(!retOwner || (role[me] == OWNER && name == me));
+       /* adapter.Synchronize runs the author's Synchronize if the    */
+       /* claim returned owner: the instance must then be the owner       */
+       /* (unless it is being stopped: Leave retires it meanwhile)        */
+       assert(!retOwner || leaving[me] || (role[me] == OWNER && name == me));
 #endif
-    sreq[2*me + slot] = 0;                /* Synchronize returns */
-    dec = D_NONE; h = NONE; s2 = NONE; o = NONE; from = NONE; oa = 0;
-    tmo = 0; redirect = 1; okk = 0; unfenced = 0; retOwner = 0; k = ACCEPT
-  }
+       sreq[2*me + slot] = 0;         /* Synchronize returns */
+       dec = D_NONE; h = NONE; s2 = NONE; o = NONE; from = NONE; oa = 0;
+       redirect = 1; unfenced = 0; retOwner = 0; locked = 0
+     }
   od
 }
 
-/* ------------------------------------------------------------------ */
-/* Coordinator.yield, served on the instance's own socket. The request */
-/* may wait here for any time (the instance is slow or hung): the      */
-/* taker's deadline can expire first, and the answer is then lost.     */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* Coordinator.yield, served on the instance's own socket (the ttrpc   */
+/* service). A request may wait here for any time (the instance is     */
+/* slow or hung): the taker's deadline may expire first, and the answer */
+/* is then lost, but the request still takes effect when served.       */
+/* ================================================================== */
 inline reply(t, sq, kk, oo) {
   if
   :: ywait[t] == me && yseq[t] == sq -> yready[t] = 1; ykind[t] = kk; yowner[t] = oo
-  :: else                                 /* the taker gave up: answer lost */
+  :: else                             /* the taker gave up: answer lost */
   fi
 }
 
@@ -427,14 +451,19 @@ proctype YieldServer(byte me) {
 end:
   do
   :: atomic { alive[me] && sock[me] && nempty(yq[me]) ->
-       yq[me]?t,sq;
+       yq[me]?t,sq; ypend[t]--;
        /* c.events.Lock(); c.mu.Lock() */
        if
+       :: role[me] == OWNER && name != me ->
+          /* superseded(): the request waited while this instance did not */
+          /* answer, and its sender took over by force meanwhile          */
+          role[me] = RETIRED;
+          reply(t, sq, REFUSE, successor[me])
        :: role[me] != OWNER ->
           reply(t, sq, REFUSE, successor[me])   /* "not the owner" */
-       :: role[me] == OWNER && !leaving[me] && t < me ->
-          reply(t, sq, REFUSE, successor[me])   /* NewestInstance.Allow: taker is older */
-       :: role[me] == OWNER && (leaving[me] || t > me) ->
+       :: role[me] == OWNER && name == me && !leaving[me] && t < me ->
+          reply(t, sq, REFUSE, successor[me])   /* NewestInstance.Allow: the taker is older */
+       :: role[me] == OWNER && name == me && (leaving[me] || t > me) ->
           successor[me] = t; lastTo[me] = t;
           role[me] = RETIRED; gaveUp[me] = 1;   /* "yielded to ..." */
           if
@@ -442,32 +471,34 @@ end:
           :: closed[me] || full(wsq[me]) -> skip
           fi;
           reply(t, sq, ACCEPT, me)
-       fi
+       fi;
+       t = 0; sq = 0
      }
   od
 }
 
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
 /* Coordinator.watchSuccessor / watchUntilGone, on a retired instance. */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
 proctype WatchSuccessor(byte me) {
   byte s = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0;
-  bool got = 0, unfenced = 0;
+  bool unfenced = 0;
 end:
   do
-  :: wsq[me]?s ->
-     /* Dial(InstanceSocket(successor)) */
+  :: atomic { wsq[me]?s ->
+       oa = (sock[s] -> 0 : 1)        /* Dial(InstanceSocket(successor)) */
+     }
      if
-     :: atomic { alive[me] && !sock[s] -> skip } -> goto promote
-     :: atomic { alive[me] && sock[s] -> skip }
+     :: oa == 1 -> goto promote       /* ErrNoInstance */
+     :: else
      fi;
-     /* watchUntilGone: cl.Watch returns when s changes role or epoch, */
-     /* leaves, or the connection breaks                               */
+     /* watchUntilGone: cl.Watch answers when the successor changes role  */
+     /* or epoch, leaves or closes; it fails when the connection breaks   */
 end_watch:
      if
-     :: atomic { alive[me] && !sock[s] -> skip } -> goto promote   /* err: connection gone */
+     :: atomic { alive[me] && !sock[s] -> skip } -> goto promote   /* err: gone */
      :: atomic { alive[me] && sock[s] && role[s] == RETIRED && !leaving[s] && !closed[s] -> skip } ->
-        goto next                         /* handed on in order */
+        goto next                     /* handed on in order */
      :: atomic { alive[me] && sock[s] && (leaving[s] || closed[s]) -> skip } ->
 end_closed:
         atomic { (alive[me] && !sock[s]) || closed[me] -> skip };   /* <-cl.Closed() */
@@ -477,139 +508,148 @@ end_closed:
 promote:
      if
      :: atomic { alive[me] && closed[me] -> skip } -> goto next     /* c.ctx.Err() != nil */
-     :: atomic { alive[me] && !closed[me] -> skip }
+     :: atomic { alive[me] && !closed[me] -> skip } ->
+        promoteIfOrphaned()           /* "successor ... gone" */
      fi;
-     promoteIfOrphaned();                /* "successor ... gone" */
 next:
-     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; got = 0; unfenced = 0 }
+     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0 }
   od
 }
 
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
 /* Coordinator.watchOwner, on a standby (started by demote).           */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
 proctype WatchOwner(byte me) {
   byte w = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0;
-  bool got = 0, unfenced = 0, okk = 0;
+  bool unfenced = 0;
 end:
   do
   :: atomic { woStart[me] -> woStart[me] = 0 }
      do   /* for c.currentRole() == ROLE_STANDBY */
      :: atomic { !(alive[me] && !closed[me] && role[me] == STANDBY) -> skip } -> break
      :: atomic { alive[me] && !closed[me] && role[me] == STANDBY ->
-          w = name; okk = (w != NONE && sock[w]) }       /* Dial(owner.sock) */
+          w = name;                   /* Dial(owner.sock) */
+          if
+          :: w != NONE && sock[w] -> watching[me] = w   /* cl.Status; cl.Watch: in w's c.watchers */
+          :: else -> w = NONE
+          fi
+        }
         if
-        :: !okk -> promoteIfOrphaned()                     /* ErrNoInstance: "owner gone" */
-        :: okk ->
-           /* cl.Status, then cl.Watch: w puts us in its c.watchers and   */
-           /* answers when it leaves, stops owning or changes epoch; the  */
-           /* call fails when the connection breaks                       */
-           atomic { alive[me] -> watching[me] = w }
+        :: w == NONE -> promoteIfOrphaned()   /* ErrNoInstance: "owner gone" */
+        :: else ->
 end_watch:
            if
-           :: atomic { alive[me] && !sock[w] -> watching[me] = NONE } ->
-              promoteIfOrphaned()                          /* "owner connection lost" */
+           :: atomic { alive[me] && !sock[w] -> watching[me] = NONE; w = NONE } ->
+              promoteIfOrphaned()     /* Watch failed: "owner connection lost" */
            :: atomic { alive[me] && sock[w] && (role[w] != OWNER || leaving[w] || closed[w]) ->
-                watching[me] = NONE;
+                /* Watch answered: the owner leaves, stops owning or changed */
+                watching[me] = NONE; w = NONE;
                 if
-                :: role[me] == STANDBY -> resync[me] = 1  /* OnResync */
+                :: role[me] == STANDBY -> resync[me] = 1   /* OnResync -> requestResync */
                 :: else
-                fi }
-           :: atomic { alive[me] && closed[me] -> watching[me] = NONE }
+                fi
+              }
+           :: atomic { alive[me] && closed[me] -> watching[me] = NONE; w = NONE }   /* c.ctx done */
            fi
-        fi;
-        atomic { w = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; got = 0; unfenced = 0; okk = 0 }
+        fi
      od
   od
 }
 
-/* ------------------------------------------------------------------ */
-/* plugin.Run: reconnect after the runtime dropped us, or disconnect   */
-/* and reconnect on a resync request (to claim in a new Synchronize).  */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* Plugin.Run / Plugin.serve: a pending resync is honoured only by a    */
+/* standby whose Synchronize returned; a lost connection is reconnected. */
+/* ================================================================== */
 proctype Run(byte me) {
 end:
   do
-  :: atomic { alive[me] && !closed[me] && resync[me] && syncing != me ->
-       resync[me] = 0;
-       inchain[me] = 0;                   /* p.disconnect(s) */
-       wantsync[me] = 1                   /* p.connect: a new Synchronize */
+  :: atomic { alive[me] && !closed[me] && resync[me] ->
+       resync[me] = 0;                /* case reason := <-p.resync */
+       if
+       :: inchain[me] && role[me] == STANDBY ->
+          inchain[me] = 0;            /* p.disconnect(c) */
+          wantsync[me] = 1            /* p.connect: a new Synchronize */
+       :: else                        /* "resync not needed" */
+       fi
      }
-  :: atomic { alive[me] && !closed[me] && dropped[me] && !wantsync[me] && !inchain[me] && syncing != me ->
-       dropped[me] = 0;
-       wantsync[me] = 1                   /* reconnect after the retry delay */
+  :: atomic { alive[me] && !closed[me] && dropped[me] && syncing != me ->
+       dropped[me] = 0;               /* case <-c.closed: lost; reconnect */
+       wantsync[me] = 1
      }
   od
 }
 
+/* ================================================================== */
+/* Faults, at any step, of any live instance.                          */
+/* ================================================================== */
 /* some live standby has a Watch open on v (Leave's standbys) */
-#define STANDBYS(v) ((alive[0] && watching[0] == v) || (alive[1] && watching[1] == v) || \
-                     (NI > 2 && alive[NI-1] && watching[NI-1] == v))
+#define WATCHES(i) (alive[i] && watching[i] == v)
+#define STANDBYS(v) SET(WATCHES)
+#define ANYALIVE(b) (((b & 1) && sock[0]) || ((b & 2) && sock[1]) || (NI > 2 && (b & bit(LAST)) && sock[LAST]))
 
-/* ------------------------------------------------------------------ */
-/* Faults: crash, drop by the runtime, stop (SIGTERM) of any instance. */
-/* ------------------------------------------------------------------ */
 active proctype Faults() {
-  byte v, set;
+  byte v, sb;
   do
-  :: faults < MAXFAULT && (alive[0] || alive[1] || (NI > 2 && alive[NI-1])) ->
-     atomic {
-       set = (alive[0] -> 1 : 0) | (alive[1] -> 2 : 0) | ((NI > 2 && alive[NI-1]) -> bit(NI-1) : 0);
-       pick(set, v);
+  :: atomic { faults < MAXFAULT && SET(ALIVE) != 0 ->
+       v = SET(ALIVE);
+       pick(v, v);
        faults++
      }
      if
-     :: atomic {                          /* crash (SIGKILL) */
-          alive[v] = 0; sock[v] = 0;      /* its socket no longer answers */
+     :: atomic {                      /* crash (SIGKILL) */
+          alive[v] = 0; sock[v] = 0;  /* its socket no longer answers */
           inchain[v] = 0; wantsync[v] = 0;   /* the runtime drops it */
           lossy = 1;
           if :: lock == v -> lock = NONE :: else fi   /* the kernel drops its flock */
         }
 #ifdef FAULT_DROP
-     :: atomic {                          /* stalled past the runtime's request */
+     :: atomic {                      /* stalled past the runtime's request */
           inchain[v] = 0; wantsync[v] = 0; dropped[v] = 1;   /* timeout: dropped */
           lossy = 1
         }
 #endif
-     :: /* stop (SIGTERM): plugin.Run -> leave -> Coordinator.Leave */
+     :: /* stop (SIGTERM): Plugin.Run -> Plugin.leave -> Coordinator.Leave */
         atomic {
           if
-          :: role[v] == OWNER && STANDBYS(v) -> leaving[v] = 1   /* tell the standbys */
+          :: role[v] == OWNER && STANDBYS(v) != 0 ->
+             sb = STANDBYS(v);        /* the ids in c.watchers */
+             leaving[v] = 1           /* tell the standbys */
           :: else
           fi
         }
         if
         :: leaving[v] ->
            if
-           :: atomic { role[v] != OWNER || !STANDBYS(v) -> skip }  /* handed over, or no standby left */
-           :: skip                                /* ctx ends: "no standby took over in time" */
+           :: atomic { role[v] != OWNER || !ANYALIVE(sb) -> skip }   /* handed over, or no standby alive */
+           :: skip                    /* ctx ends: "no standby took over in time" */
            fi
         :: else
         fi;
-        atomic {                          /* c.events.Lock(): retire "stopped" */
-          if :: role[v] == OWNER -> lossy = 1 :: else fi;   /* not handed over */
+        atomic {                      /* c.events.Lock(): retire, "stopped" */
+          if :: role[v] == OWNER -> lossy = 1 :: else fi   /* it did not hand over */
           leaving[v] = 1;
           if
           :: role[v] != RETIRED -> role[v] = RETIRED; gaveUp[v] = 1
           :: else
           fi
         }
-        atomic { inchain[v] = 0; wantsync[v] = 0 }   /* p.disconnect(s) */
-        atomic { closed[v] = 1; sock[v] = 0 }         /* Coordinator.Close: server closed */
-        atomic {                          /* the process exits */
+        atomic { inchain[v] = 0; wantsync[v] = 0 }   /* p.disconnect(c) */
+        atomic { closed[v] = 1; sock[v] = 0 }         /* Coordinator.Close */
+        atomic {                      /* the process exits */
           alive[v] = 0;
           if :: lock == v -> lock = NONE :: else fi
         }
-     fi
+     fi;
+     v = 0; sb = 0
   :: break
   od
 }
 
-/* ------------------------------------------------------------------ */
-/* The runtime: N serialized events, each delivered to every plugin in */
-/* the chain in a nondeterministic order; Synchronize of a connecting  */
-/* plugin under the sync lock, between two events.                     */
-/* ------------------------------------------------------------------ */
+/* ================================================================== */
+/* The runtime: NEV serialized events, each delivered to every plugin   */
+/* in the chain in a nondeterministic order; the Synchronize of a       */
+/* connecting plugin under the sync lock, between two events.           */
+/* ================================================================== */
 active proctype Runtime() {
   byte i, pend, g;
   bool chainAtStart;
@@ -617,7 +657,7 @@ end:
   do
   :: atomic { ev < NEV && syncing == NONE ->   /* a CRI call: BlockPluginSync */
        delivering = 1; actedBy = 0; promotedMid = 0;
-       pend = CHAINMASK; chainAtStart = (pend != 0)
+       pend = SET(INCHAIN); chainAtStart = (pend != 0)
      }
      do
      :: atomic { pend != 0 ->
@@ -628,35 +668,32 @@ end:
      :: atomic { pend == 0 -> break }
      od;
      atomic {
-       /* I3: with no fault so far, an event reaching a synchronized */
-       /* instance is acted on (and, by I2, exactly once).            */
+       /* I3: with no lossy fault so far, an event that reaches a      */
+       /* synchronized instance is acted on (and, by I2, only once)     */
        assert(lossy || !chainAtStart || actedBy != 0);
-       delivering = 0; ev++
+       delivering = 0; actedBy = 0; promotedMid = 0; chainAtStart = 0; i = 0;
+       ev++
      }
-  :: atomic { syncing == NONE && nsync < MAXSYNC && (CANSYNC(0) || CANSYNC(1) || (NI > 2 && CANSYNC(NI-1))) ->
-       pend = (CANSYNC(0) -> 1 : 0) | (CANSYNC(1) -> 2 : 0) |
-              ((NI > 2 && CANSYNC(NI-1)) -> bit(NI-1) : 0);
+  :: atomic { syncing == NONE && nsync < MAXSYNC && SET(CANSYNC) != 0 ->
+       pend = SET(CANSYNC);
        pick(pend, i);
        pend = 0; nsync++;
        /* the runtime calls Synchronize: a free Syncer slot of i serves it */
-       if
-       :: sreq[2*i] == 0 -> g = 2*i
-       :: else -> g = 2*i + 1
-       fi;
+       g = (!sreq[2*i] -> 2*i : 2*i + 1);
        sreq[g] = 1;
 #ifdef BROKEN_UNFENCED_CLAIM
-       /* no fence: the plugin is in the chain at once, and claims */
-       /* whenever its goroutine gets there, events flowing meanwhile */
-       wantsync[i] = 0; inchain[i] = 1
+       /* no fence: in the chain at once; the claim runs whenever it runs, */
+       /* events flowing meanwhile                                         */
+       wantsync[i] = 0; inchain[i] = 1; g = 0; i = 0
 #else
-       syncing = i                        /* sync lock: no event in flight */
+       syncing = i                    /* sync lock: no event in flight */
 #endif
      }
 #ifndef BROKEN_UNFENCED_CLAIM
-     /* wait for the Synchronize response, or the plugin's drop */
-     atomic { sreq[g] == 0 || !wantsync[i] || !alive[i] ->
+     /* wait for the response to Synchronize, or for the plugin's drop */
+     atomic { !sreq[g] || !wantsync[i] || !alive[i] ->
        if
-       :: sreq[g] == 0 && wantsync[i] && alive[i] -> inchain[i] = 1   /* appended */
+       :: !sreq[g] && wantsync[i] && alive[i] -> inchain[i] = 1   /* appended */
        :: else
        fi;
        wantsync[i] = 0;
@@ -666,50 +703,50 @@ end:
   od
 }
 
-/* ---- invariants checked in every state ---- */
+/* ================================================================== */
+/* Invariants checked in every state.                                  */
+/* I4: at most one owner (role owner and the owner name leads to it);  */
+/* and two live instances in the owner role only after a forced        */
+/* takeover (the stale one is fenced out at its next event or Yield:    */
+/* I1) or a lossy fault.                                               */
+/* ================================================================== */
 #define OWNERS ((alive[0] && role[0] == OWNER && name == 0) + \
                 (alive[1] && role[1] == OWNER && name == 1) + \
-                (NI > 2 && alive[NI-1] && role[NI-1] == OWNER && name == NI-1))
+                (NI > 2 && alive[LAST] && role[LAST] == OWNER && name == LAST))
 #define ROLEOWNERS ((alive[0] && role[0] == OWNER) + (alive[1] && role[1] == OWNER) + \
-                    (NI > 2 && alive[NI-1] && role[NI-1] == OWNER))
+                    (NI > 2 && alive[LAST] && role[LAST] == OWNER))
+#define I4 (OWNERS <= 1 && (ROLEOWNERS <= 1 || forced || lossy))
 
 active proctype Invariants() {
 end:
-  atomic {
-    /* I4: at most one owner (role owner and the owner name leads to it); */
-    /* and two live instances in the owner role only after some claim     */
-    /* took over without the owner's answer (the stale one is fenced out  */
-    /* at its next event, I1) or after a drop/crash/stop.                 */
-    !(OWNERS <= 1 && (ROLEOWNERS <= 1 || forced || lossy)) ->
-    assert(OWNERS <= 1 && (ROLEOWNERS <= 1 || forced || lossy))
-  }
+  atomic { !I4 -> assert(I4) }
 }
 
-/* after the run, when nothing can move any more */
+/* At the end, when nothing can move any more. */
 #define CONNOWNER ((inchain[0] && role[0] == OWNER && name == 0) || \
                    (inchain[1] && role[1] == OWNER && name == 1) || \
-                   (NI > 2 && inchain[NI-1] && role[NI-1] == OWNER && name == NI-1))
+                   (NI > 2 && inchain[LAST] && role[LAST] == OWNER && name == LAST))
 active proctype Final() {
+end:
   timeout ->
-  /* the protocol never blocks the runtime: every event was delivered */
+  /* I5: the protocol never blocks the runtime: every event was delivered */
   assert(ev == NEV);
 #ifdef CHECK_RECOVERY
   /* if an instance is alive and synchronized, a synchronized instance */
-  /* owns the plugin (ownership was recovered after the fault)         */
-  assert(CHAINMASK == 0 || CONNOWNER)
+  /* owns the plugin: ownership was recovered after the fault           */
+  assert(SET(INCHAIN) == 0 || CONNOWNER)
 #endif
 }
 
 init {
   byte i;
   atomic {
-    i = 0;
     do
     :: i < NI ->
-       /* plugin.New -> handover.New: serves its own socket; then Run */
-       /* connects to the runtime and waits for its Synchronize.       */
+       /* plugin.New -> handover.New serves the instance's own socket; */
+       /* Plugin.Run connects to the runtime                            */
        alive[i] = 1; sock[i] = 1; wantsync[i] = 1;
-       successor[i] = NONE; lastTo[i] = NONE; ywait[i] = NONE; watching[i] = NONE;
+       successor[i] = NONE; lastTo[i] = NONE; watching[i] = NONE; ywait[i] = NONE;
        run YieldServer(i); run Run(i); run Syncer(i, 0); run Syncer(i, 1);
        run WatchOwner(i); run WatchSuccessor(i);
        i++

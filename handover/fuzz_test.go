@@ -1,0 +1,365 @@
+package handover
+
+// Bad input to the handover protocol (issue 5, docs/reliability.md): the
+// policy names a binary reads, the identities a policy compares, and
+// arbitrary bytes sent as the protocol's requests to a live coordinator over
+// a real ttrpc connection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-version"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/nri-handover/nri-handover/handover/api"
+)
+
+// FuzzParsePolicy: ParsePolicy never panics, accepts exactly the two names
+// and "" (the default), and names the input in every refusal.
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{"", PolicyNewestInstance, PolicyNewestVersion, "Newest-Version", "newest-version ", "oldest"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		p, err := ParsePolicy(name)
+		valid := name == "" || name == PolicyNewestInstance || name == PolicyNewestVersion
+		if err != nil {
+			if valid || p != nil {
+				t.Fatalf("ParsePolicy(%q) = %v, %v", name, p, err)
+			}
+			if want := "unknown handover policy " + strconv.Quote(name); !strings.HasPrefix(err.Error(), want) {
+				t.Fatalf("ParsePolicy(%q): error %q does not start with %q", name, err, want)
+			}
+			return
+		}
+		want := name
+		if want == "" {
+			want = PolicyNewestInstance
+		}
+		if !valid || p.Name() != want {
+			t.Fatalf("ParsePolicy(%q) = %s", name, p.Name())
+		}
+	})
+}
+
+// FuzzPolicyAllow: for any two identities (any versions, start times and
+// ids, as a peer may send them), neither policy panics, a refusal always
+// says why, two instances never may both take over from each other (so
+// racing newcomers cannot take turns forever), and newest-version orders
+// valid versions and refuses, naming it, a version it cannot parse.
+func FuzzPolicyAllow(f *testing.F) {
+	f.Add("1.0.0", "2.0.0", int64(1), int64(2), "a", "b")
+	f.Add("2.0.0", "1.0.0", int64(1), int64(2), "a", "b")
+	f.Add("1.0.0", "1.0.0", int64(5), int64(5), "b", "a")
+	f.Add("1.0.0", "v1..2", int64(1), int64(2), "a", "b")
+	f.Add("", "1.0.0-rc.1+build", int64(-1), int64(0), "", "")
+	f.Fuzz(func(t *testing.T, ov, tv string, ostart, tstart int64, oid, tid string) {
+		o := &api.Instance{Plugin: "demo", Id: oid, Version: ov, StartedUnixNano: ostart}
+		tk := &api.Instance{Plugin: "demo", Id: tid, Version: tv, StartedUnixNano: tstart}
+		for _, p := range []Policy{NewestInstance{}, NewestVersion{}} {
+			ab, why := p.Allow(o, tk)
+			ba, _ := p.Allow(tk, o)
+			if !ab && why == "" {
+				t.Fatalf("%s refused without a reason", p.Name())
+			}
+			if ab && ba {
+				t.Fatalf("%s lets %v and %v each take over from the other", p.Name(), o, tk)
+			}
+		}
+		ovv, oerr := version.NewVersion(ov)
+		tvv, terr := version.NewVersion(tv)
+		ok, why := NewestVersion{}.Allow(o, tk)
+		switch {
+		case oerr != nil || terr != nil:
+			bad := ov
+			if oerr == nil {
+				bad = tv
+			}
+			if ok || !strings.Contains(why, strconv.Quote(bad)) {
+				t.Fatalf("newest-version with invalid version %q: allowed %v, reason %q", bad, ok, why)
+			}
+		case !ovv.Equal(tvv) && ok != tvv.GreaterThan(ovv):
+			t.Fatalf("newest-version: taker %s over owner %s: allowed %v (%s)", tv, ov, ok, why)
+		}
+	})
+}
+
+// fuzzNode is a live plugin directory for FuzzHandoverMessages: "r" owned
+// the plugin first, "a" took over from it (r is retired and watches a).
+type fuzzNode struct {
+	root string
+	a, r *Coordinator
+}
+
+func newFuzzNode(tb testing.TB) *fuzzNode {
+	tb.Helper()
+	root, err := os.MkdirTemp("", "nhf-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir, err := OpenDir(root, "demo")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	log := logrus.New()
+	log.SetOutput(discard{})
+	n := &fuzzNode{root: root}
+	mk := func(id string, started int64) *Coordinator {
+		c, err := New(Config{Dir: dir, Log: logrus.NewEntry(log),
+			Self: &api.Instance{Plugin: "demo", Id: id, Version: "1.0.0", StartedUnixNano: started}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return c
+	}
+	n.r = mk("r", 5)
+	n.a = mk("a", 10)
+	for _, c := range []*Coordinator{n.r, n.a} {
+		if role, err := c.Claim(context.Background()); role != api.Role_ROLE_OWNER {
+			tb.Fatalf("setup: %s claims: %v %v", c.self.Id, role, err)
+		}
+	}
+	return n
+}
+
+func (n *fuzzNode) close() {
+	n.a.Close()
+	n.r.Close()
+	os.RemoveAll(n.root)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// owners returns the coordinators that own the plugin and are not
+// superseded (the owner name leads to them).
+func (n *fuzzNode) owners() []string {
+	var ids []string
+	for _, c := range []*Coordinator{n.a, n.r} {
+		if c.Status().Role == api.Role_ROLE_OWNER && !c.superseded() {
+			ids = append(ids, c.self.Id)
+		}
+	}
+	return ids
+}
+
+// waitOwner waits, on a's change notifications, until a owns the plugin.
+func (n *fuzzNode) waitOwner(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		ch := n.a.Changed()
+		if st := n.a.Status(); st.Role == api.Role_ROLE_OWNER {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+var (
+	fuzzNodeMu sync.Mutex
+	fuzzNodeV  *fuzzNode
+)
+
+// FuzzHandoverMessages sends arbitrary bytes as a Status, Yield or Watch
+// request to a live coordinator — the owner, or its retired predecessor —
+// over a real ttrpc connection. The bytes go on the wire as they are; the
+// expectations come from decoding them with proto.Unmarshal. Whatever they
+// are, the service never panics, bytes that do not decode are refused,
+// Status and Watch change nothing, a Yield is accepted only by the owner
+// and only for a taker of this plugin with an instance id of its own, and
+// there is never more than one owner: after a yield to a taker that never
+// claims, the old owner takes ownership back.
+func FuzzHandoverMessages(f *testing.F) {
+	taker := &api.Instance{Plugin: "demo", Id: "t", Version: "2.0.0", StartedUnixNano: 20}
+	for _, seed := range []struct {
+		target, method uint8
+		msg            proto.Message
+	}{
+		{0, 0, &api.StatusRequest{}},
+		{0, 1, &api.YieldRequest{Taker: taker}},
+		{0, 1, &api.YieldRequest{Taker: &api.Instance{Plugin: "demo", Version: "2.0.0", StartedUnixNano: 20}}},
+		{0, 1, &api.YieldRequest{Taker: &api.Instance{Plugin: "other", Id: "t", StartedUnixNano: 20}}},
+		{0, 1, &api.YieldRequest{Taker: &api.Instance{Plugin: "demo", Id: "a", StartedUnixNano: 20}}},
+		{1, 1, &api.YieldRequest{Taker: taker, OwnerLeaving: true}},
+		{0, 2, &api.WatchRequest{Watcher: taker, Epoch: 2, WatcherRole: api.Role_ROLE_STANDBY}},
+		{1, 2, &api.WatchRequest{Watcher: taker, Epoch: 1, WatcherRole: api.Role_ROLE_RETIRED}},
+	} {
+		b, err := proto.Marshal(seed.msg)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(seed.target, seed.method, b)
+	}
+	f.Add(uint8(0), uint8(1), []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Cleanup(func() {
+		fuzzNodeMu.Lock()
+		defer fuzzNodeMu.Unlock()
+		if fuzzNodeV != nil {
+			fuzzNodeV.close()
+			fuzzNodeV = nil
+		}
+	})
+	f.Fuzz(func(t *testing.T, target, method uint8, data []byte) {
+		fuzzNodeMu.Lock()
+		defer fuzzNodeMu.Unlock()
+		if fuzzNodeV == nil {
+			fuzzNodeV = newFuzzNode(t)
+		}
+		n := fuzzNodeV
+		rebuild := func() {
+			n.close()
+			fuzzNodeV = nil
+		}
+		c := n.a
+		if target%2 == 1 {
+			c = n.r
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(c.self.Id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		before := c.Status()
+
+		switch method % 3 {
+		case 0:
+			var req api.StatusRequest
+			perr := proto.Unmarshal(data, &req)
+			raw := &api.StatusRequest{}
+			raw.ProtoReflect().SetUnknown(protoreflect.RawFields(data))
+			st, err := cl.Status(ctx, raw)
+			switch {
+			case perr != nil && err == nil:
+				t.Fatalf("Status with undecodable bytes answered: %v", st)
+			case perr == nil && err != nil:
+				t.Fatalf("Status: %v", err)
+			case perr == nil && (st.Instance.GetId() != c.self.Id || st.Role != before.Role):
+				t.Fatalf("Status answered %v, want %s as %v", st, c.self.Id, before.Role)
+			}
+		case 1:
+			var req api.YieldRequest
+			perr := proto.Unmarshal(data, &req)
+			raw := &api.YieldRequest{}
+			raw.ProtoReflect().SetUnknown(protoreflect.RawFields(data))
+			resp, err := cl.Yield(ctx, raw)
+			switch {
+			case perr != nil && err == nil:
+				t.Fatalf("Yield with undecodable bytes answered: %v", resp)
+			case perr == nil && err != nil:
+				t.Fatalf("Yield: %v", err)
+			case perr != nil:
+				return
+			}
+			tk := req.GetTaker()
+			if !resp.Accepted {
+				if st := c.Status(); st.Role != before.Role || st.Epoch != before.Epoch {
+					t.Fatalf("a refused Yield changed %s: %v -> %v", c.self.Id, before, st)
+				}
+				break
+			}
+			switch {
+			case tk.GetPlugin() != "demo" || tk.GetId() == "" || tk.GetId() == c.self.Id:
+				t.Fatalf("%s yielded to a taker without this plugin or an id of its own: %v", c.self.Id, tk)
+			case before.Role != api.Role_ROLE_OWNER:
+				t.Fatalf("%s, %v, yielded", c.self.Id, before.Role)
+			case resp.Epoch != before.Epoch+1 || resp.Owner.GetId() != c.self.Id:
+				t.Fatalf("yield answer %v after epoch %d", resp, before.Epoch)
+			}
+			if strings.ContainsAny(tk.Id, "/") || tk.Id == n.r.self.Id {
+				// The id is dialled as a path (or names a live instance that
+				// did not ask): the yielded owner may watch the wrong
+				// socket and never take ownership back.
+				ok := n.waitOwner(300 * time.Millisecond)
+				rebuild()
+				if !ok {
+					t.Skipf("known bug B6: the owner yielded to a taker whose id %q is no instance id of its own, and "+
+						"nobody owns the plugin since; see docs/reliability.md", tk.Id)
+				}
+				return
+			}
+			// The taker never claims: its id leads to no socket, so the old
+			// owner takes ownership back.
+			if !n.waitOwner(5 * time.Second) {
+				t.Fatalf("no owner after a yield to %v, which never claimed: a is %v", tk, n.a.Status())
+			}
+		case 2:
+			var req api.WatchRequest
+			perr := proto.Unmarshal(data, &req)
+			raw := &api.WatchRequest{}
+			raw.ProtoReflect().SetUnknown(protoreflect.RawFields(data))
+			wctx, wcancel := context.WithTimeout(ctx, 20*time.Millisecond)
+			resp, err := cl.Watch(wctx, raw)
+			wcancel()
+			switch {
+			case perr != nil && err == nil:
+				t.Fatalf("Watch with undecodable bytes answered: %v", resp)
+			case perr == nil && err != nil && !errors.Is(err, context.DeadlineExceeded):
+				t.Fatalf("Watch: %v", err)
+			case perr == nil && err == nil && (resp.Epoch != before.Epoch || resp.Role != before.Role):
+				t.Fatalf("Watch answered %v, %s is %v at epoch %d", resp, c.self.Id, before.Role, before.Epoch)
+			case perr == nil && err != nil && (req.Epoch != before.Epoch || before.Role != api.Role_ROLE_OWNER):
+				t.Fatalf("Watch of epoch %d waited, %s is %v at epoch %d", req.Epoch, c.self.Id, before.Role, before.Epoch)
+			}
+			if st := c.Status(); st.Role != before.Role || st.Epoch != before.Epoch {
+				t.Fatalf("Watch changed %s: %v -> %v", c.self.Id, before, st)
+			}
+		}
+		if owners := n.owners(); len(owners) != 1 || owners[0] != "a" {
+			t.Fatalf("owners %v, want exactly a", owners)
+		}
+	})
+}
+
+// TestYieldTakerIDValidated: a taker's id is used as a file name (the
+// yielded owner watches <dir>/instances/<id>.sock to take ownership back if
+// the taker never makes it). A Yield whose taker id is not an instance id
+// of its own — a path leading to the owner's own socket, or the id of a
+// live instance that did not ask — must be refused; accepted, the yielded
+// owner watches the wrong instance, sees it "in order", and nobody owns the
+// plugin any more. Only a peer of the same user can send one.
+func TestYieldTakerIDValidated(t *testing.T) {
+	var bugs []string
+	for _, id := range []string{"../owner", "./a", "r"} {
+		n := newFuzzNode(t)
+		cl, err := Dial(context.Background(), n.a.cfg.Dir.InstanceSocket("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cl.Yield(context.Background(), &api.YieldRequest{
+			Taker: &api.Instance{Plugin: "demo", Id: id, Version: "9.0.0", StartedUnixNano: 99}})
+		cl.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Accepted && !n.waitOwner(300*time.Millisecond) {
+			bugs = append(bugs, fmt.Sprintf("taker id %q accepted, no owner since (a: %s; r: %s)",
+				id, n.a.Status().Reason, n.r.Status().Reason))
+		}
+		n.close()
+	}
+	if len(bugs) > 0 {
+		msg := "known bug B6: " + strings.Join(bugs, "; ") + "; see docs/reliability.md"
+		if os.Getenv("NRI_HANDOVER_KNOWN_BUGS") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}

@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Model-checks the handover protocol (handover/model/handover.pml) with spin.
+# See docs/model.md.
+#
+#   check.sh            the correct model, exhaustively, in every configuration
+#                       below (must report no violation), and the deliberately
+#                       broken variants (each must report one); ends with
+#                       "model: N passed, M failed" and fails if M > 0.
+#   check.sh findings   the properties the implementation does NOT have
+#                       (docs/model.md, "Findings"): each run must report a
+#                       violation; counterexamples are written to
+#                       $MODEL_TRAILS (default: a temporary directory).
+#
+# Needs spin and a C compiler; installs them with apt-get when run as root.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+model=$here/handover.pml
+mode=${1:-check}
+
+# ---- tools ----------------------------------------------------------------
+need=()
+command -v spin >/dev/null 2>&1 || need+=(spin)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
+if ((${#need[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "model: ${need[*]} not installed, and not root to install it: run 'apt-get update && apt-get install -y ${need[*]}' as root" >&2
+		exit 1
+	fi
+	echo "model: installing ${need[*]} (apt-get)"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq >/dev/null
+	apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/nri-handover-model.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# ---- one verification run -------------------------------------------------
+# verify NAME "SPIN -D FLAGS" "EXTRA GCC FLAGS" HASHBITS
+# Builds the verifier in $work/NAME and runs it; leaves pan.out there.
+verify() {
+	local name=$1 defs=$2 cflags=$3 w=$4 dir=$work/$1
+	mkdir -p "$dir"
+	cp "$model" "$dir/handover.pml"
+	(
+		cd "$dir"
+		# shellcheck disable=SC2086
+		spin $defs -a handover.pml >spin.out 2>&1 || { cat spin.out; exit 1; }
+		# -DSAFETY: safety properties only (assertions); VECTORSZ: the state
+		# vector is about 300-420 bytes.
+		# shellcheck disable=SC2086
+		gcc -O2 -DSAFETY -DVECTORSZ=2048 $cflags -o pan pan.c >gcc.out 2>&1 || { cat gcc.out; exit 1; }
+		# -E: a crashed instance's processes stop wherever they are, so
+		# "invalid end states" are expected; the model checks instead, at
+		# the end of every run, that the runtime delivered every event.
+		./pan -E -m50000 -w"$w" >pan.out 2>&1 || true
+	)
+}
+
+# summary NAME: "states stored, depth, errors, seconds" of $work/NAME/pan.out
+field() { [[ -f $work/$1/pan.out ]] && sed -n "$2" "$work/$1/pan.out" | head -1 || true; }
+summary() {
+	local states depth errors secs
+	states=$(field "$1" 's/^ *\([0-9][0-9.e+]*\) states, stored.*/\1/p')
+	depth=$(field "$1" 's/.*depth reached \([0-9]*\),.*/\1/p')
+	errors=$(field "$1" 's/.*errors: \([0-9]*\).*/\1/p')
+	secs=$(field "$1" 's/^pan: elapsed time \([0-9.e+]*\) seconds.*/\1/p')
+	echo "${states:-?} states stored, depth ${depth:-?}, errors ${errors:-?}, ${secs:-?} s"
+}
+errors_of() { field "$1" 's/.*errors: \([0-9]*\).*/\1/p'; }
+complete() { [[ -f $work/$1/pan.out ]] && ! grep -q "max search depth too small" "$work/$1/pan.out"; }
+violation() { field "$1" 's/^pan:1: \(.*\) (at depth [0-9]*)$/\1/p'; }
+
+passed=0
+failed=0
+
+# expect_clean NAME: the run must have finished with no error.
+expect_clean() {
+	local name=$1 what=$2 e
+	e=$(errors_of "$name")
+	if [[ $e == 0 ]] && complete "$name"; then
+		echo "  ok   $name ($what): $(summary "$name")"
+		return 0
+	fi
+	echo "  FAIL $name ($what): $(summary "$name")"
+	echo "       $(violation "$name")"
+	sed -n '/^pan:/p' "$work/$name/pan.out" | head -5 | sed 's/^/       /'
+	(cd "$work/$name" && spin -t -p -g handover.pml 2>/dev/null | tail -40 | sed 's/^/       /') || true
+	return 1
+}
+
+# expect_violation NAME: the run must report an assertion violation.
+expect_violation() {
+	local name=$1 what=$2 e
+	e=$(errors_of "$name")
+	if [[ -n $e && $e != 0 ]]; then
+		echo "  ok   $name ($what): $(summary "$name")"
+		echo "       caught: $(violation "$name")"
+		if [[ -n ${MODEL_TRAILS:-} ]]; then
+			mkdir -p "$MODEL_TRAILS"
+			(cd "$work/$name" && spin -t -p -g -l handover.pml >"$MODEL_TRAILS/$name.trail.txt" 2>&1) || true
+			echo "       counterexample: $MODEL_TRAILS/$name.trail.txt"
+		fi
+		return 0
+	fi
+	echo "  FAIL $name ($what): no violation found: $(summary "$name")"
+	return 1
+}
+
+start=$(date +%s)
+echo "model: $(spin -V 2>&1 | head -1)"
+
+if [[ $mode == findings ]]; then
+	export MODEL_TRAILS=${MODEL_TRAILS:-$work/trails}
+	[[ $MODEL_TRAILS == "$work/trails" ]] && echo "model: counterexamples are kept only for this run; set MODEL_TRAILS=DIR to keep them"
+	small="-DNI=2 -DNEV=4 -DMAXFAULT=1"
+	declare -a runs=(
+		"F1-strict-at-most-once|$small -DSTRICT_AT_MOST_ONCE|an event acted on twice around a crash"
+		"F2-recovery|$small -DCHECK_RECOVERY|no owner for good after a forced takeover and the taker's death"
+		"F3-self-yield|$small -DCHECK_SELF_YIELD|an owner demoted by a busy claim lock asks itself to yield"
+		"F4-stalled-claim|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP|a stalled claim publishes after its Synchronize was dropped"
+		"F5-sync-role|$small -DFAULT_DROP -DNO_I2 -DCHECK_SYNC_ROLE|Synchronize runs the author's handler on a superseded owner"
+	)
+	ok=0 bad=0
+	for r in "${runs[@]}"; do
+		IFS='|' read -r name defs what <<<"$r"
+		verify "$name" "$defs" "" 24 || true
+		if expect_violation "$name" "$what"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+	done
+	echo "model findings: $ok reproduced, $bad not reproduced ($(($(date +%s) - start)) s)"
+	((bad == 0))
+	exit
+fi
+
+# ---- 1. the correct model: no violation in any configuration --------------
+# The largest configuration runs in the background, on the second core.
+verify c3-three-one-fault "-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4" "-DCOLLAPSE" 25 &
+bg=$!
+verify c1-two-two-faults "-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5" "" 24 || true
+verify c2-three-no-fault "-DNI=3 -DNEV=3 -DMAXFAULT=0" "" 24 || true
+# ---- 2. the broken variants: each must be caught ---------------------------
+verify b1-unfenced-claim "-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_UNFENCED_CLAIM" "" 22 || true
+verify b2-no-name-check "-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_NO_FENCING" "" 22 || true
+wait "$bg" || true
+
+echo "model: correct model (exhaustive; must hold)"
+ok=1
+expect_clean c1-two-two-faults "2 instances, 4 events, 2 faults" || ok=0
+expect_clean c2-three-no-fault "3 instances, 3 events, no fault" || ok=0
+expect_clean c3-three-one-fault "3 instances, 1 event, 1 fault" || ok=0
+if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+echo "model: broken variants (must be caught)"
+ok=1
+expect_violation b1-unfenced-claim "claim outside the Synchronize fence" || ok=0
+expect_violation b2-no-name-check "Enter without the owner-name check" || ok=0
+if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+echo "model: $passed passed, $failed failed ($(($(date +%s) - start)) s)"
+((failed == 0))
