@@ -233,9 +233,34 @@ func (c *Coordinator) Enter() api.Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.role == api.Role_ROLE_OWNER && c.superseded() {
-		c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
+		c.retireSupersededLocked()
 	}
 	return c.role
+}
+
+// retireSupersededLocked retires an owner whose name another instance took
+// by force, and watches that instance as it would a successor it yielded
+// to, so it can take back if that one dies. Call with events and mu held.
+func (c *Coordinator) retireSupersededLocked() {
+	c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
+	if c.closed {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		// Who holds the name now? Nobody reachable: watchSuccessor finds no
+		// such instance and takes back at once.
+		holder, epoch := &api.Instance{}, uint64(0)
+		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
+			if st, err := cl.Status(ctx, &api.StatusRequest{}); err == nil && st.GetInstance().GetId() != "" {
+				holder, epoch = st.GetInstance(), st.GetEpoch()
+			}
+			cl.Close()
+		}
+		cancel()
+		c.watchSuccessor(holder, epoch) // it calls c.wg.Done
+	}()
 }
 
 const supersededReason = "superseded: the owner name leads to another instance"
@@ -364,8 +389,12 @@ func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.R
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
-		c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
-		c.retryClaimLater()
+		// Only an instance that does not own anything becomes standby: an
+		// owner (promoted meanwhile) or a retired one keeps its role.
+		if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
+			c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
+			c.retryClaimLater()
+		}
 		return c.currentRole(), fmt.Errorf("claim: %w", err)
 	}
 	defer unlock()
@@ -613,7 +642,7 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	case c.role == api.Role_ROLE_OWNER && c.superseded():
 		// A request that waited while this instance was unresponsive; its
 		// sender took over by force meanwhile.
-		c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
+		c.retireSupersededLocked()
 		return refuse(supersededReason)
 	case c.role != api.Role_ROLE_OWNER:
 		return refuse(fmt.Sprintf("instance %s is not the owner (%s)", c.self.Id, roleName(c.role)))

@@ -397,6 +397,19 @@ func TestUnresponsiveOwnerIsSupersededAndFenced(t *testing.T) {
 	if ownerID(t, root) != "b" {
 		t.Fatal("owner name does not lead to b")
 	}
+	// The instance that took over by force dies: the superseded one watches
+	// it as a successor and takes ownership back.
+	b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	select {
+	case <-a.promoted:
+	case <-ctx.Done():
+		t.Fatalf("superseded instance did not take back after its successor died; status %v", a.Status())
+	}
+	if ownerID(t, root) != "a" {
+		t.Fatal("owner name does not lead to a")
+	}
 }
 
 // TestRetiredTakesBackWhileKilledSuccessorStillAccepts: a SIGKILLed
