@@ -115,12 +115,14 @@ if [[ $mode == findings ]]; then
 	export MODEL_TRAILS=${MODEL_TRAILS:-$work/trails}
 	[[ $MODEL_TRAILS == "$work/trails" ]] && echo "model: counterexamples are kept only for this run; set MODEL_TRAILS=DIR to keep them"
 	small="-DNI=2 -DNEV=4 -DMAXFAULT=1"
+	three="-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DFAULTMASK=4"
 	declare -a runs=(
 		"F1-strict-at-most-once|$small -DSTRICT_AT_MOST_ONCE|an event acted on twice around a crash"
-		"F2-recovery|$small -DCHECK_RECOVERY|no owner for good after a forced takeover and the taker's death"
-		"F3-self-yield|$small -DCHECK_SELF_YIELD|an owner demoted by a busy claim lock asks itself to yield"
+		"F2-recovery|$three -DNO_STOP -DCHECK_RECOVERY|no owner for good: a stale Yield retires the owner that took back"
 		"F4-stalled-claim|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP|a stalled claim publishes after its Synchronize was dropped"
 		"F5-sync-role|$small -DFAULT_DROP -DNO_I2 -DCHECK_SYNC_ROLE|Synchronize runs the author's handler on a superseded owner"
+		"F6a-act-after-leave|$small -DSTOP_DURING_CLAIM -DCHECK_LEAVE|a claim in flight makes a stopped instance owner after Leave"
+		"F6b-stop-during-claim|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=2 -DSTOP_DURING_CLAIM|a claim in flight publishes outside the fence after Leave"
 	)
 	ok=0 bad=0
 	for r in "${runs[@]}"; do
@@ -133,28 +135,47 @@ if [[ $mode == findings ]]; then
 	exit
 fi
 
-# ---- 1. the correct model: no violation in any configuration --------------
-# The largest configuration runs in the background, on the second core.
-verify c3-three-one-fault "-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4" "-DCOLLAPSE" 25 &
-bg=$!
-verify c1-two-two-faults "-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5" "" 24 || true
-verify c2-three-no-fault "-DNI=3 -DNEV=3 -DMAXFAULT=0" "" 24 || true
-# ---- 2. the broken variants: each must be caught ---------------------------
-verify b1-unfenced-claim "-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_UNFENCED_CLAIM" "" 22 || true
-verify b2-no-name-check "-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_NO_FENCING" "" 22 || true
-wait "$bg" || true
+# ---- the runs ------------------------------------------------------------
+# name|spin -D flags|gcc flags|hash bits|description
+# c4 (three instances, one fault, no resync) is split by the instance the
+# fault hits (FAULTMASK): together its runs cover exactly what one run would.
+# c3 adds resyncs and reconnections for a crash of the second newcomer.
+correct=(
+	"c4-fault-on-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=4|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 2nd newcomer"
+	"c3-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DNO_STOP -DFAULTMASK=4|-DCOLLAPSE|25|3 instances, 1 event, a crash of the 2nd newcomer, resyncs"
+	"c4-fault-on-1|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=2|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 1st newcomer"
+	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=1|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
+	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5||24|2 instances, 4 events, 2 faults"
+	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0||24|3 instances, 3 events, no fault"
+)
+broken=(
+	"b1-unfenced-claim|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_UNFENCED_CLAIM||22|claim outside the Synchronize fence"
+	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
+)
+
+# Run them all, as many at a time as there are cores (the longest first).
+jobs=$(nproc 2>/dev/null || echo 2)
+for r in "${correct[@]}" "${broken[@]}"; do
+	IFS='|' read -r name defs cflags w _ <<<"$r"
+	while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+	verify "$name" "$defs" "$cflags" "$w" &
+done
+wait || true
 
 echo "model: correct model (exhaustive; must hold)"
 ok=1
-expect_clean c1-two-two-faults "2 instances, 4 events, 2 faults" || ok=0
-expect_clean c2-three-no-fault "3 instances, 3 events, no fault" || ok=0
-expect_clean c3-three-one-fault "3 instances, 1 event, 1 fault" || ok=0
+for r in "${correct[@]}"; do
+	IFS='|' read -r name _ _ _ what <<<"$r"
+	expect_clean "$name" "$what" || ok=0
+done
 if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "model: broken variants (must be caught)"
 ok=1
-expect_violation b1-unfenced-claim "claim outside the Synchronize fence" || ok=0
-expect_violation b2-no-name-check "Enter without the owner-name check" || ok=0
+for r in "${broken[@]}"; do
+	IFS='|' read -r name _ _ _ what <<<"$r"
+	expect_violation "$name" "$what" || ok=0
+done
 if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "model: $passed passed, $failed failed ($(($(date +%s) - start)) s)"

@@ -30,27 +30,32 @@
  *   c1  NI=2 NEV=4 MAXFAULT=2 MAXSYNC=5   old owner + newcomer, two faults
  *   c2  NI=3 NEV=3 MAXFAULT=0             old owner + two newcomers
  *   c3  NI=3 NEV=1 MAXFAULT=1 MAXSYNC=4   old owner + two newcomers, a fault
+ *       (run as three jobs, FAULTMASK=1, 2, 4: the fault hits instance 0,
+ *       1 or 2; together exactly the state space of one run)
  * where
- *   NI       instances (2 or 3). Instance i started before instance i+1: this
- *            is what the newest-instance policy compares. All are started at
- *            the beginning; the runtime synchronizes them in any order,
- *            between any two events.
- *   NEV      events the runtime delivers.
- *   MAXFAULT faults, each of any instance at any step: a crash (SIGKILL), or
- *            a stop (SIGTERM: Leave, disconnect, Close); with -DFAULT_DROP
- *            also a stall past the runtime's request timeout (the runtime
- *            drops the live instance, which reconnects later).
- *   MAXSYNC  Synchronize calls in all (first ones, resyncs, reconnections).
+ *   NI        instances (2 or 3). Instance i started before instance i+1:
+ *             this is what the newest-instance policy compares. All start
+ *             at the beginning; the runtime synchronizes them in any order,
+ *             between any two events.
+ *   NEV       events the runtime delivers.
+ *   MAXFAULT  faults, each of any instance (in FAULTMASK) at any step: a
+ *             crash (SIGKILL), or a stop (SIGTERM: Leave, disconnect,
+ *             Close) -- by default not racing with the instance's own claim
+ *             or promotion (that race is F6); with -DFAULT_DROP also a stall
+ *             past the runtime's request timeout (the runtime drops the live
+ *             instance, which reconnects later).
+ *   MAXSYNC   Synchronize calls in all (first ones, resyncs, reconnections).
  * Timing is abstracted away: every bounded wait (claim lock, Yield answer,
  * Leave) may expire at any moment while it waits, and every delay (a Yield
  * request not yet served, a watcher not yet woken) may last across any
  * number of steps of the other processes. So a hung or slow instance is
  * covered by the interleavings themselves.
  *
- * Invariants (assertions; "lossy" = a crash, a drop, or the stop of an owner
- * that did not hand over):
- *   I1  an instance that yielded, retired or lost the owner name never acts
- *       again unless it published itself again (took ownership back)
+ * Invariants (assertions; "lossy" = a crash, a drop, or the stop of an
+ * instance that still owned the plugin or had a claim in flight):
+ *   I1  an instance acts on an event only while the owner name leads to it,
+ *       and never after it yielded or lost the name, unless it published
+ *       itself again (took ownership back)
  *   I2  an event is acted on at most once, except: a second action happens
  *       only if every earlier actor crashed or stopped after acting and the
  *       second one was promoted (unfenced) during that same delivery
@@ -75,7 +80,10 @@
  *   CHECK_SELF_YIELD       a claim never asks its own instance to yield  (F3)
  *   FAULT_DROP             add the stall-and-drop fault: I2 fails        (F4)
  *   CHECK_SYNC_ROLE        the author's Synchronize runs only on the
- *                          owner (with FAULT_DROP, NO_I2)                (F5)
+ *                          owner (with FAULT_DROP and NO_I2)             (F5)
+ *   STOP_DURING_CLAIM      let a stop race with the instance's own claim:
+ *                          with CHECK_LEAVE it acts after Leave (F6a);
+ *                          with three instances I3 fails              (F6b)
  */
 
 #ifndef NI
@@ -90,8 +98,12 @@
 #ifndef MAXSYNC
 #define MAXSYNC (NI + 2)
 #endif
+#ifndef FAULTMASK
+#define FAULTMASK 7             /* the instances faults may hit (a bit set) */
+#endif
 
 #define NONE 7                  /* no instance */
+#define HOLDER 6                /* watchSuccessor target: whoever holds the name */
 #define bit(i) (1 << (i))
 #define LAST (NI - 1)           /* the last instance (1 or 2) */
 
@@ -119,6 +131,7 @@ bool wantsync[NI];              /* connected, waiting for its Synchronize   */
 bool inchain[NI];               /* synchronized: receives every event       */
 bool dropped[NI];               /* dropped while alive: Run reconnects      */
 bool resync[NI];                /* a pending OnResync (p.resync, buffer 1)  */
+bool retryLater[NI];            /* retryClaimLater's timer is running       */
 byte syncing = NONE;            /* being synchronized (sync lock held)      */
 byte nsync = 0;                 /* Synchronize calls so far                 */
 
@@ -148,13 +161,21 @@ bool delivering = 0;            /* an event is in flight                    */
 byte actedBy = 0;               /* who acted on the event in flight         */
 byte promotedMid = 0;           /* promoted (outside a Synchronize) while   */
                                 /* the event in flight was being delivered  */
-bool gaveUp[NI];                /* yielded, retired, or the owner name moved */
-                                /* away; cleared when it publishes itself   */
+bool gaveUp[NI];                /* yielded, or the owner name moved away;   */
+                                /* cleared when it publishes itself again   */
+bool stopping[NI];              /* received SIGTERM                         */
+bool leftByStop[NI];               /* Leave retired it ("stopped")             */
+byte midpub = 0;                /* published, not yet in the owner role     */
 
 #define SET(c) ((c(0) -> 1 : 0) | (c(1) -> 2 : 0) | ((NI > 2 && c(LAST)) -> bit(LAST) : 0))
 #define INCHAIN(i) inchain[i]
 #define ALIVE(i) alive[i]
+#ifdef STOP_DURING_CLAIM
 #define CANSYNC(i) (wantsync[i] && alive[i] && (!sreq[2*(i)] || !sreq[2*(i)+1]))
+#else
+/* (by default no Synchronize starts for an instance being stopped: F6) */
+#define CANSYNC(i) (wantsync[i] && alive[i] && !stopping[i] && (!sreq[2*(i)] || !sreq[2*(i)+1]))
+#endif
 
 /* one instance out of a non-empty set, nondeterministically */
 inline pick(set, i) {
@@ -175,9 +196,14 @@ inline pick(set, i) {
 /* and the action: one atomic step.                                    */
 /* ================================================================== */
 inline act(i) {
-  /* I1: an instance that yielded, retired or lost the owner name never
-     acts again, unless it published itself again (took ownership back) */
-  assert(!gaveUp[i]);
+  /* I1: an instance acts only while the owner name leads to it, and never
+     after it yielded or lost the name, unless it published itself again
+     (took ownership back) */
+  assert(name == i && !gaveUp[i]);
+#ifdef CHECK_LEAVE
+  /* Leave: "whatever the outcome, the instance acts on no event afterwards" */
+  assert(!leftByStop[i]);
+#endif
   if
   :: actedBy != 0 ->
 #ifdef STRICT_AT_MOST_ONCE
@@ -196,13 +222,23 @@ inline act(i) {
   actedBy = actedBy | bit(i)
 }
 
+/* Coordinator.retireSupersededLocked: retire, and (unless closed) watch */
+/* the instance that holds the name now, as a successor                  */
+inline retireSuperseded(i) {
+  role[i] = RETIRED;
+  if
+  :: !closed[i] && nfull(wsq[i]) -> wsq[i]!HOLDER
+  :: closed[i] || full(wsq[i]) -> skip
+  fi
+}
+
 inline deliver(i) {
   if
   :: inchain[i] && alive[i] ->
 #ifndef BROKEN_NO_FENCING
      /* Coordinator.Enter: an owner whose name leads elsewhere retires */
      if
-     :: role[i] == OWNER && name != i -> role[i] = RETIRED   /* superseded() */
+     :: role[i] == OWNER && name != i -> retireSuperseded(i)   /* superseded() */
      :: else
      fi;
 #endif
@@ -232,11 +268,11 @@ inline becomeOwner() {
     :: else
     fi;
     name = me;
-    gaveUp[me] = 0
+    gaveUp[me] = 0; midpub = midpub | bit(me)
   }
   atomic { alive[me] ->
     /* c.events.Lock(); c.setLocked(ROLE_OWNER, reason) */
-    role[me] = OWNER;
+    role[me] = OWNER; midpub = midpub & ~bit(me);
     successor[me] = NONE;
     if
     :: from != NONE -> lastTo[me] = me   /* c.lastHandover: from -> self */
@@ -253,10 +289,6 @@ inline becomeOwner() {
 inline demoteStandby() {
   if
   :: role[me] != STANDBY && !closed[me] ->
-     if
-     :: role[me] == OWNER || role[me] == RETIRED -> gaveUp[me] = 1
-     :: else
-     fi;
      role[me] = STANDBY;
      woStart[me] = 1                  /* go c.watchOwner() */
   :: else -> role[me] = STANDBY
@@ -274,7 +306,7 @@ inline ownerAlive() {
   :: oa == 2 ->
      atomic { alive[me] ->            /* cl.Status */
        if
-       :: !sock[h] -> oa = 1          /* error: "somebody is there but slow" */
+       :: !sock[h] -> oa = 0          /* the connection broke: an exiting instance */
        :: sock[h] && h == me -> oa = 0
        :: sock[h] && h != me && role[h] == OWNER -> oa = 1
        :: sock[h] && h != me && role[h] != OWNER ->
@@ -287,28 +319,35 @@ inline ownerAlive() {
   fi
 }
 
-/* Coordinator.promoteIfOrphaned. Caller's locals: me, h, s2, oa, from, */
-/* unfenced.                                                             */
+/* Coordinator.promoteIfOrphaned; result in pr: PROMOTED, ELSEWHERE or  */
+/* UNDECIDED. Caller's locals: me, h, s2, oa, from, unfenced, pr.          */
+#define PROMOTED  0
+#define ELSEWHERE 1
+#define UNDECIDED 2
 inline promoteIfOrphaned() {
   if
   :: atomic { alive[me] && lock == NONE ->       /* Dir.Lock(ctx) */
        lock = me;
-       /* role == owner || isClosed(): return */
-       oa = ((role[me] == OWNER || closed[me]) -> 1 : 0)
+       if
+       :: role[me] == OWNER -> pr = PROMOTED; oa = 1
+       :: role[me] != OWNER && closed[me] -> pr = UNDECIDED; oa = 1
+       :: else -> oa = 0
+       fi
      }
      if
-     :: oa == 0 -> ownerAlive()
-     :: else
-     fi;
-     if
-     :: oa == 0 -> from = NONE; unfenced = 1; becomeOwner()   /* "promoted: ..." */
+     :: oa == 0 ->
+        ownerAlive();
+        if
+        :: oa == 0 -> from = NONE; unfenced = 1; becomeOwner(); pr = PROMOTED   /* "promoted: ..." */
+        :: else -> pr = ELSEWHERE
+        fi
      :: else
      fi;
      atomic { lock == me ->                        /* defer unlock() */
        lock = NONE;
        h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0
      }
-  :: atomic { alive[me] && lock != NONE -> skip }  /* "promotion: claim lock busy" */
+  :: atomic { alive[me] && lock != NONE -> pr = UNDECIDED }  /* "promotion: claim lock busy" */
   fi
 }
 
@@ -351,7 +390,7 @@ end:
           :: h == NONE || !sock[h] -> name = me; gaveUp[me] = 0   /* publishOwner */
           :: h == me && sock[h] -> skip
           :: h != me && h != NONE && sock[h] && role[h] == OWNER ->
-             role[me] = RETIRED; gaveUp[me] = 1   /* demote(RETIRED, "superseded by") */
+             role[me] = RETIRED       /* demote(RETIRED, "superseded by") */
           :: h != me && h != NONE && sock[h] && role[h] != OWNER ->
              gaveUp[h] = 1; name = me; gaveUp[me] = 0   /* publishOwner */
           fi;
@@ -365,8 +404,8 @@ end:
      :: dec == D_ASK ->
         /* Coordinator.askToYield(ctx, owner, redirect) */
 ask:    atomic { alive[me] ->
-#ifdef CHECK_SELF_YIELD
-          /* a claim never asks its own instance to yield */
+#ifndef NO_I6
+          /* I6: a claim never asks its own instance to yield (F3, fixed) */
           assert(h != me);
 #endif
           /* owner.Yield(ctx, {Taker: me}) */
@@ -413,9 +452,15 @@ ask:    atomic { alive[me] ->
      fi;
      goto done
   :: atomic { sreq[2*me + slot] && alive[me] && lock != NONE ->
-       /* the claim lock stays busy until lctx ends: */
-       /* demote(STANDBY, "claim: ... another handover is in progress") */
-       demoteStandby()
+       /* the claim lock stays busy until lctx ends: only an instance  */
+       /* that owns nothing becomes standby (demote) and asks to claim */
+       /* again later (retryClaimLater); return c.currentRole()        */
+       if
+       :: role[me] == JOINING || role[me] == STANDBY ->
+          demoteStandby();
+          retryLater[me] = 1
+       :: else -> retOwner = (role[me] == OWNER)
+       fi
      }
 done:
      atomic { alive[me] ->
@@ -457,7 +502,7 @@ end:
        :: role[me] == OWNER && name != me ->
           /* superseded(): the request waited while this instance did not */
           /* answer, and its sender took over by force meanwhile          */
-          role[me] = RETIRED;
+          retireSuperseded(me);       /* retireSupersededLocked */
           reply(t, sq, REFUSE, successor[me])
        :: role[me] != OWNER ->
           reply(t, sq, REFUSE, successor[me])   /* "not the owner" */
@@ -481,38 +526,56 @@ end:
 /* Coordinator.watchSuccessor / watchUntilGone, on a retired instance. */
 /* ================================================================== */
 proctype WatchSuccessor(byte me) {
-  byte s = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0;
+  byte s = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0;
   bool unfenced = 0;
 end:
   do
   :: atomic { wsq[me]?s ->
-       oa = (sock[s] -> 0 : 1)        /* Dial(InstanceSocket(successor)) */
+       if
+       :: s == HOLDER ->
+          /* retireSupersededLocked's goroutine: Dial(owner.sock), Status: */
+          /* watch the holder (none reachable: take back at once)          */
+          s = ((name != NONE && sock[name]) -> name : NONE)
+       :: else
+       fi
      }
-     if
-     :: oa == 1 -> goto promote       /* ErrNoInstance */
-     :: else
-     fi;
-     /* watchUntilGone: cl.Watch answers when the successor changes role  */
-     /* or epoch, leaves or closes; it fails when the connection breaks   */
+     do   /* for c.ctx.Err() == nil && c.currentRole() == ROLE_RETIRED */
+     :: atomic { !(alive[me] && !closed[me] && role[me] == RETIRED) -> skip } -> break
+     :: atomic { alive[me] && !closed[me] && role[me] == RETIRED ->
+          oa = ((s != NONE && sock[s]) -> 0 : 1)   /* Dial(InstanceSocket(successor)) */
+        }
+        if
+        :: oa == 0 ->
+           /* watchUntilGone: cl.Watch answers when the successor (once  */
+           /* settled, i.e. not joining) changes role or epoch, leaves, */
+           /* or closes; it fails when the connection breaks            */
 end_watch:
-     if
-     :: atomic { alive[me] && !sock[s] -> skip } -> goto promote   /* err: gone */
-     :: atomic { alive[me] && sock[s] && role[s] == RETIRED && !leaving[s] && !closed[s] -> skip } ->
-        goto next                     /* handed on in order */
-     :: atomic { alive[me] && sock[s] && (leaving[s] || closed[s]) -> skip } ->
+           if
+           :: atomic { alive[me] && !sock[s] -> skip }           /* err: gone */
+           :: atomic { alive[me] && sock[s] && role[s] == RETIRED && !leaving[s] && !closed[s] ->
+                oa = 2 }                                           /* handed on in order */
+           :: atomic { alive[me] && sock[s] && (closed[s] || (leaving[s] && role[s] != JOINING)) -> skip } ->
 end_closed:
-        atomic { (alive[me] && !sock[s]) || closed[me] -> skip };   /* <-cl.Closed() */
-        goto promote
-     :: atomic { closed[me] -> skip } -> goto next                   /* c.ctx done */
-     fi;
-promote:
-     if
-     :: atomic { alive[me] && closed[me] -> skip } -> goto next     /* c.ctx.Err() != nil */
-     :: atomic { alive[me] && !closed[me] -> skip } ->
-        promoteIfOrphaned()           /* "successor ... gone" */
-     fi;
-next:
-     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0 }
+              atomic { (alive[me] && !sock[s]) || closed[me] -> skip }   /* <-cl.Closed() */
+           :: atomic { alive[me] && closed[me] -> oa = 2 }       /* c.ctx done */
+           fi
+        :: else
+        fi;
+        if
+        :: oa == 2 -> break
+        :: else ->
+           if
+           :: atomic { alive[me] && closed[me] -> skip } -> break   /* c.ctx.Err() != nil */
+           :: atomic { alive[me] && !closed[me] -> skip } ->
+              promoteIfOrphaned();      /* "successor ... gone" */
+              if
+              :: pr == ELSEWHERE -> break   /* another live instance owns the plugin */
+              :: else                       /* promoted, or undecided: retry.Wait, loop */
+              fi
+           fi
+        fi
+     od;
+     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0; pr = 0 }
   od
 }
 
@@ -520,7 +583,7 @@ next:
 /* Coordinator.watchOwner, on a standby (started by demote).           */
 /* ================================================================== */
 proctype WatchOwner(byte me) {
-  byte w = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0;
+  byte w = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0;
   bool unfenced = 0;
 end:
   do
@@ -541,7 +604,7 @@ end_watch:
            if
            :: atomic { alive[me] && !sock[w] -> watching[me] = NONE; w = NONE } ->
               promoteIfOrphaned()     /* Watch failed: "owner connection lost" */
-           :: atomic { alive[me] && sock[w] && (role[w] != OWNER || leaving[w] || closed[w]) ->
+           :: atomic { alive[me] && sock[w] && (closed[w] || (role[w] != JOINING && (role[w] != OWNER || leaving[w]))) ->
                 /* Watch answered: the owner leaves, stops owning or changed */
                 watching[me] = NONE; w = NONE;
                 if
@@ -572,6 +635,14 @@ end:
        :: else                        /* "resync not needed" */
        fi
      }
+  :: atomic { alive[me] && !closed[me] && retryLater[me] ->
+       /* Coordinator.retryClaimLater, a second later */
+       retryLater[me] = 0;
+       if
+       :: role[me] == STANDBY -> resync[me] = 1   /* OnResync("claim lock was busy") */
+       :: else
+       fi
+     }
   :: atomic { alive[me] && !closed[me] && dropped[me] && syncing != me ->
        dropped[me] = 0;               /* case <-c.closed: lost; reconnect */
        wantsync[me] = 1
@@ -582,16 +653,38 @@ end:
 /* ================================================================== */
 /* Faults, at any step, of any live instance.                          */
 /* ================================================================== */
+/* A stop loses events (is "lossy") if the stopping instance owns the     */
+/* plugin (owner role, or the owner name with a claim about to make it     */
+/* owner), or if a claim or promotion of it is in flight: Leave does not   */
+/* stop that, so it may make the leaving instance owner afterwards (F6).   */
+/* (A claim may also start after Leave began: hence the checks at the     */
+/* later steps too.)                                                       */
+#define INFLIGHT(v) (sreq[2*(v)] || sreq[2*(v)+1] || lock == v)
+#ifdef STOP_DURING_CLAIM
+/* F6: a stop may also race with a claim or promotion of the instance */
+#define STOPOK(v) true
+#define LOSSYSTOP(v) if :: role[v] == OWNER || (name == v && (midpub & bit(v))) -> lossy = 1 :: else fi
+#else
+/* by default a stop does not race with the instance's own claim or      */
+/* promotion (that race is finding F6)                                   */
+#define STOPOK(v) !INFLIGHT(v)
+#define LOSSYSTOP(v) if :: role[v] == OWNER || (name == v && (midpub & bit(v))) || INFLIGHT(v) -> lossy = 1 :: else fi
+#endif
+
 /* some live standby has a Watch open on v (Leave's standbys) */
 #define WATCHES(i) (alive[i] && watching[i] == v)
 #define STANDBYS(v) SET(WATCHES)
 #define ANYALIVE(b) (((b & 1) && sock[0]) || ((b & 2) && sock[1]) || (NI > 2 && (b & bit(LAST)) && sock[LAST]))
 
+/* Note: an option must not begin with an if (or an atomic beginning with */
+/* an if) that has an else: spin then takes that else as an option of the  */
+/* enclosing if, where it is never executable next to an always-executable */
+/* option. Hence "true ->" before the stop.                                */
 active proctype Faults() {
   byte v, sb;
   do
-  :: atomic { faults < MAXFAULT && SET(ALIVE) != 0 ->
-       v = SET(ALIVE);
+  :: atomic { faults < MAXFAULT && (SET(ALIVE) & FAULTMASK) != 0 ->
+       v = SET(ALIVE) & FAULTMASK;
        pick(v, v);
        faults++
      }
@@ -608,8 +701,10 @@ active proctype Faults() {
           lossy = 1
         }
 #endif
+#ifndef NO_STOP
      :: /* stop (SIGTERM): Plugin.Run -> Plugin.leave -> Coordinator.Leave */
-        atomic {
+        atomic { STOPOK(v) ->         /* (a plain guard first: see the note above) */
+          stopping[v] = 1;
           if
           :: role[v] == OWNER && STANDBYS(v) != 0 ->
              sb = STANDBYS(v);        /* the ids in c.watchers */
@@ -626,19 +721,21 @@ active proctype Faults() {
         :: else
         fi;
         atomic {                      /* c.events.Lock(): retire, "stopped" */
-          if :: role[v] == OWNER -> lossy = 1 :: else fi   /* it did not hand over */
-          leaving[v] = 1;
+          LOSSYSTOP(v);
+          leaving[v] = 1; leftByStop[v] = 1;
           if
-          :: role[v] != RETIRED -> role[v] = RETIRED; gaveUp[v] = 1
+          :: role[v] != RETIRED -> role[v] = RETIRED
           :: else
           fi
         }
-        atomic { inchain[v] = 0; wantsync[v] = 0 }   /* p.disconnect(c) */
+        atomic { LOSSYSTOP(v); inchain[v] = 0; wantsync[v] = 0 }   /* p.disconnect(c) */
         atomic { closed[v] = 1; sock[v] = 0 }         /* Coordinator.Close */
         atomic {                      /* the process exits */
+          LOSSYSTOP(v);
           alive[v] = 0;
           if :: lock == v -> lock = NONE :: else fi
         }
+#endif
      fi;
      v = 0; sb = 0
   :: break
@@ -726,6 +823,8 @@ end:
 #define CONNOWNER ((inchain[0] && role[0] == OWNER && name == 0) || \
                    (inchain[1] && role[1] == OWNER && name == 1) || \
                    (NI > 2 && inchain[LAST] && role[LAST] == OWNER && name == LAST))
+#define OWNS_SOON(i) ((inchain[i] || (wantsync[i] && alive[i])) && role[i] == OWNER)
+#define STALEOWNER (OWNS_SOON(0) || OWNS_SOON(1) || (NI > 2 && OWNS_SOON(LAST)))
 active proctype Final() {
 end:
   timeout ->
@@ -733,8 +832,10 @@ end:
   assert(ev == NEV);
 #ifdef CHECK_RECOVERY
   /* if an instance is alive and synchronized, a synchronized instance */
-  /* owns the plugin: ownership was recovered after the fault           */
-  assert(SET(INCHAIN) == 0 || CONNOWNER)
+  /* owns the plugin, or is in the owner role and will, at its next     */
+  /* event, either act or retire (superseded) and take back; or an      */
+  /* owner waits for the Synchronize MAXSYNC no longer allows           */
+  assert(SET(INCHAIN) == 0 || CONNOWNER || STALEOWNER)
 #endif
 }
 
