@@ -29,6 +29,21 @@ const (
 	DefaultLeaveTimeout = 10 * time.Second
 )
 
+const (
+	// takeBackGrace is how long after a taker's claim deadline its yielded
+	// owner still waits for the taker to finish the claim as owner before
+	// it takes ownership back. The taker publishes only before its deadline,
+	// so the grace covers the few steps between its last check and the end
+	// of its claim.
+	takeBackGrace = 100 * time.Millisecond
+	// maxClaimWait caps the claim deadline a taker may ask an owner to
+	// honour: a yielded owner never waits longer than this for a taker.
+	maxClaimWait = 10 * time.Second
+	// overdueLockWait is how long a take-back from an overdue taker tries
+	// the claim lock before it goes on without it.
+	overdueLockWait = 5 * time.Millisecond
+)
+
 // Config configures a Coordinator.
 type Config struct {
 	// Dir is the plugin's handover directory.
@@ -121,7 +136,10 @@ type Coordinator struct {
 	reason       string
 	epoch        uint64
 	leaving      bool
+	left         bool // Leave has finished: never owner again
 	closed       bool
+	claiming     bool // a Claim is in progress (peers waiting to settle see it)
+	pending      bool // yielded; the successor's claim not yet settled
 	successor    *api.Instance
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
@@ -259,7 +277,7 @@ func (c *Coordinator) retireSupersededLocked() {
 			cl.Close()
 		}
 		cancel()
-		c.watchSuccessor(holder, epoch) // it calls c.wg.Done
+		c.watchSuccessor(holder, epoch, time.Time{}) // it calls c.wg.Done
 	}()
 }
 
@@ -354,10 +372,25 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
 		// over.
 		budget = min(budget, time.Until(deadline)/2)
 	}
-	role, err := c.claim(ctx, budget)
+	c.setClaiming(true)
+	role, err := c.claim(ctx, start.Add(budget))
+	c.setClaiming(false)
 	c.report(claimOutcome(before, role, c.Status().Reason, err), start)
 	return role, err
 }
+
+// setClaiming records whether a claim is in progress; a yielded owner that
+// waits for its taker to settle (Watch with until_settled) wakes on it.
+func (c *Coordinator) setClaiming(on bool) {
+	c.mu.Lock()
+	c.claiming = on
+	c.notifyLocked()
+	c.mu.Unlock()
+}
+
+// errClaimDeadline means a claim did not get to a step before the deadline
+// that bounds the whole claim.
+var errClaimDeadline = errors.New("claim deadline passed")
 
 // claimOutcome classifies a finished claim for Config.OnOutcome.
 func claimOutcome(before, after api.Role, reason string, err error) Outcome {
@@ -380,50 +413,81 @@ func claimOutcome(before, after api.Role, reason string, err error) Outcome {
 	return OutcomeRefused
 }
 
-func (c *Coordinator) claim(parent context.Context, budget time.Duration) (api.Role, error) {
-	// The budget: a quarter to get the claim lock (another claim may be in
-	// progress), half for the owner's answer, the rest to publish. A busy
-	// lock therefore never eats into the owner's time to answer, and the
-	// owner is only taken over by force when it had its full half.
-	lctx, cancel := context.WithTimeout(parent, budget/4)
+// claim runs one claim, which must be over by deadline: the runtime may
+// give up on the Synchronize it runs in soon after, and a switch after that
+// would no longer be fenced. The first quarter of the budget is for the
+// claim lock (another claim may be in progress), the owner's answer must
+// come before the last quarter, and nothing is published after the
+// deadline (see becomeOwner). The owner is told the deadline: it refuses a
+// request that comes too late, and takes ownership back if this instance
+// yields no sign of owning shortly after it (watchSuccessor).
+func (c *Coordinator) claim(parent context.Context, deadline time.Time) (api.Role, error) {
+	budget := time.Until(deadline)
+	lctx, cancel := context.WithDeadline(parent, time.Now().Add(budget/4))
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
-		// Only an instance that does not own anything becomes standby: an
-		// owner (promoted meanwhile) or a retired one keeps its role.
-		if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
-			c.demote(api.Role_ROLE_STANDBY, "claim: "+err.Error(), true)
-			c.retryClaimLater()
-		}
+		c.giveUpClaim("claim: " + err.Error())
 		return c.currentRole(), fmt.Errorf("claim: %w", err)
 	}
 	defer unlock()
 	c.failpoint(StepClaimLocked)
 
-	ctx, cancel := context.WithTimeout(parent, budget/2)
+	// Asking must be over before the last quarter, which is for publishing.
+	askBy := deadline.Add(-budget / 4)
+	if !time.Now().Before(askBy) {
+		// Delayed after taking the lock (frozen, starved): the runtime may
+		// have given up on this Synchronize already.
+		c.giveUpClaim(fmt.Sprintf("claim: budget of %v spent before asking the owner", budget.Round(time.Millisecond)))
+		return c.currentRole(), fmt.Errorf("claim: asking the owner: %w", errClaimDeadline)
+	}
+	ctx, cancel := context.WithDeadline(parent, askBy)
 	defer cancel()
 	switch c.currentRole() {
 	case api.Role_ROLE_OWNER:
-		// Reconnected to the runtime (e.g. after a runtime restart): keep
-		// the role, and repair the owner name if it does not lead to us.
-		if err := c.ensurePublished(ctx); err != nil {
-			return api.Role_ROLE_OWNER, err
+		if !c.superseded() {
+			// Reconnected to the runtime (e.g. after a runtime restart):
+			// keep the role, and repair the owner name if it is missing.
+			err := c.ensurePublished(ctx)
+			return c.currentRole(), err
 		}
-		return api.Role_ROLE_OWNER, nil
+		// Another instance published itself while this one was away (it
+		// took over from us by force, or took ownership back from a claim
+		// of ours that overran): claim like any newcomer.
+		c.setRole(api.Role_ROLE_JOINING, supersededReason)
 	case api.Role_ROLE_RETIRED:
 		return c.takeBackIfOrphaned(ctx)
 	}
 
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.becomeOwner(nil, 0, "no owner on the node", time.Now())
+		return c.becomeOwner(nil, 0, "no owner on the node", time.Now(), deadline)
 	}
 	if err != nil {
 		c.demote(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), true)
 		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %w", err)
 	}
 	defer owner.Close()
-	return c.askToYield(ctx, owner, true)
+	return c.askToYield(ctx, owner, true, deadline)
+}
+
+// giveUpClaim ends a claim that could not be made in time. Only an instance
+// that does not own anything becomes standby and tries again later: an
+// owner (promoted meanwhile) or a retired one keeps its role.
+func (c *Coordinator) giveUpClaim(reason string) {
+	if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
+		c.demote(api.Role_ROLE_STANDBY, reason, true)
+		c.retryClaimLater()
+	}
+}
+
+// setRole changes the role, waiting for the event in progress to end.
+func (c *Coordinator) setRole(role api.Role, reason string) {
+	c.events.Lock()
+	c.mu.Lock()
+	c.setLocked(role, reason)
+	c.mu.Unlock()
+	c.events.Unlock()
 }
 
 // retryClaimLater asks for a new claim after a pause when a claim found the
@@ -451,34 +515,43 @@ func (c *Coordinator) retryClaimLater() {
 // askToYield sends Yield to owner and takes the answer. A retired instance
 // that still holds the owner name answers with its successor, which is
 // asked once in its turn. Call with the claim lock.
-func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool) (api.Role, error) {
+func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool, deadline time.Time) (api.Role, error) {
 	start := time.Now()
-	resp, err := owner.Yield(ctx, &api.YieldRequest{Taker: c.self, OwnerLeaving: false})
+	resp, err := owner.Yield(ctx, &api.YieldRequest{
+		Taker:                 c.self,
+		ClaimDeadlineUnixNano: start.Add(deadline.Sub(start)).UnixNano(), // wall clock, for the peer
+	})
+	if err != nil && ctx.Err() == context.Canceled {
+		// The Synchronize this claim runs in has ended (the connection
+		// closed): a takeover now would not be fenced.
+		c.giveUpClaim("claim: the runtime request ended while asking the owner")
+		return c.currentRole(), fmt.Errorf("claim: asking the owner: %w", err)
+	}
 	if err != nil {
 		// The owner is hung (e.g. stopped, stuck terminating) or died just
 		// now. Either way it is not acting: the runtime runs no event while
 		// we synchronize. Take over; should it wake up, its next event finds
 		// the owner name changed and it retires (Enter).
-		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start)
+		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start, deadline)
 	}
 	if resp.Accepted {
 		c.failpoint(StepYieldAnswered)
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
-			resp.Owner.GetId(), resp.Owner.GetVersion()), start)
+			resp.Owner.GetId(), resp.Owner.GetVersion()), start, deadline)
 	}
 	if resp.Owner.GetId() == c.self.Id {
 		// The owner name still leads to an instance whose successor is us:
 		// publishing was interrupted. We own the plugin already.
-		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", start)
+		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", start, deadline)
 	}
 	if redirect && resp.Owner != nil && resp.Owner.GetId() != "" {
 		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
 		if err == nil {
 			defer next.Close()
-			return c.askToYield(ctx, next, false)
+			return c.askToYield(ctx, next, false, deadline)
 		}
 		if errors.Is(err, ErrNoInstance) {
-			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start)
+			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start, deadline)
 		}
 	}
 	c.demote(api.Role_ROLE_STANDBY, resp.Reason, true)
@@ -487,9 +560,18 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 
 // becomeOwner makes this instance the owner and publishes its socket under
 // the owner name. from is the previous owner (nil if none); epoch is the
-// epoch granted by it, or 0 to take the next epoch on record. Call with the
-// claim lock.
-func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, start time.Time) (api.Role, error) {
+// epoch granted by it, or 0 to take the next epoch on record. A claim
+// passes its deadline: past it, nothing is published and the instance
+// becomes standby (its yielded owner takes ownership back). Call with the
+// claim lock, except for a take-back from an overdue taker (watchSuccessor).
+func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, start, deadline time.Time) (api.Role, error) {
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
+		return c.currentRole(), fmt.Errorf("claim: publishing: %w", errClaimDeadline)
+	}
+	if c.hasLeft() {
+		return c.currentRole(), errors.New("handover: instance is stopping; not taking ownership")
+	}
 	if epoch == 0 {
 		last, err := c.cfg.Dir.readEpoch()
 		if err != nil {
@@ -502,7 +584,11 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	// Publish first: an owner acts only while the owner name leads to it
 	// (see Enter), and the previous owner no longer acts (it yielded, is
 	// gone, or will find the name changed at its next event).
-	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id)); err != nil {
+	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), deadline); err != nil {
+		if errors.Is(err, errClaimDeadline) {
+			c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
+			return c.currentRole(), fmt.Errorf("claim: %w", err)
+		}
 		c.demote(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), true)
 		return api.Role_ROLE_STANDBY, err
 	}
@@ -512,8 +598,16 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	}
 	c.events.Lock()
 	c.mu.Lock()
+	if c.left {
+		// Leave finished while publishing: the name leads to an instance
+		// that will not act; its watchers claim once it is gone.
+		c.mu.Unlock()
+		c.events.Unlock()
+		return c.currentRole(), errors.New("handover: instance is stopping; not taking ownership")
+	}
 	c.epoch = epoch
 	c.successor = nil
+	c.pending = false
 	if from != nil {
 		c.lastHandover = &api.HandoverRecord{
 			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
@@ -533,7 +627,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 func (c *Coordinator) ensurePublished(ctx context.Context) error {
 	cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id))
+		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
 	}
 	if err != nil {
 		return fmt.Errorf("check owner name: %w", err)
@@ -550,7 +644,7 @@ func (c *Coordinator) ensurePublished(ctx context.Context) error {
 		c.demote(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), false)
 		return nil
 	}
-	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id))
+	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
 }
 
 // takeBackIfOrphaned makes a retired instance owner again when nobody owns
@@ -559,7 +653,7 @@ func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) 
 	if c.ownerAlive(ctx) {
 		return api.Role_ROLE_RETIRED, nil
 	}
-	return c.becomeOwner(nil, 0, "successor gone; took ownership back", time.Now())
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back", time.Now(), time.Time{})
 }
 
 // ownerAlive reports whether another instance answers on the owner name as
@@ -620,6 +714,12 @@ func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
 func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	taker := req.GetTaker()
 	c.failpoint(StepYieldReceived)
+	// The taker's claim deadline, on this process's monotonic clock.
+	wait := c.cfg.ClaimTimeout
+	if d := req.GetClaimDeadlineUnixNano(); d != 0 {
+		wait = time.Until(time.Unix(0, d))
+	}
+	wait = min(wait, maxClaimWait)
 	c.events.Lock()
 	defer c.events.Unlock()
 	c.mu.Lock()
@@ -646,6 +746,10 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		return refuse(supersededReason)
 	case c.role != api.Role_ROLE_OWNER:
 		return refuse(fmt.Sprintf("instance %s is not the owner (%s)", c.self.Id, roleName(c.role)))
+	case wait <= 0:
+		// The taker's claim is over: it would not publish (becomeOwner),
+		// and the runtime may have given up on its Synchronize.
+		return refuse(fmt.Sprintf("the taker's claim deadline passed %v ago", (-wait).Round(time.Microsecond)))
 	}
 	if !c.leaving {
 		if ok, reason := c.cfg.Policy.Allow(c.self, taker); !ok {
@@ -660,8 +764,9 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	}
 	c.setLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version))
 	if !c.closed {
+		c.pending = true
 		c.wg.Add(1)
-		go c.watchSuccessor(taker, c.epoch)
+		go c.watchSuccessor(taker, c.epoch, time.Now().Add(wait+takeBackGrace))
 	}
 	c.report(OutcomeYielded, time.Now())
 	c.failpoint(StepYieldDecided)
@@ -687,11 +792,14 @@ func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.Wa
 	}()
 	for {
 		c.mu.Lock()
-		// A joining instance (a successor between the yield and its becoming
-		// owner) is waited on, not reported: its state is about to change.
-		settled := c.role != api.Role_ROLE_JOINING
-		if settled && (c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER) || c.closed {
-			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed, Reason: c.reason}
+		// A joining or claiming instance (a successor between the yield and
+		// the end of its claim) is waited on, not reported: its state is
+		// about to change.
+		settled := c.role != api.Role_ROLE_JOINING && !c.claiming
+		changed := c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER || req.GetUntilSettled()
+		if settled && changed || c.closed {
+			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed,
+				Reason: c.reason, Claiming: c.claiming}
 			c.mu.Unlock()
 			return resp, nil
 		}
@@ -755,9 +863,25 @@ func (c *Coordinator) watchOwner() {
 }
 
 // watchSuccessor runs on a retired instance: if its successor disappears
-// while nobody else owns the plugin, it takes ownership back.
-func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64) {
+// while nobody else owns the plugin, it takes ownership back. After a
+// yield (takeBackAt set), the successor must first finish its claim as
+// owner of the granted epoch by takeBackAt; if it does not — it hangs, its
+// claim overran its deadline, or it was not the instance that asked — this
+// instance takes ownership back at once, even with the claim lock held by
+// the hung taker.
+func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64, takeBackAt time.Time) {
 	defer c.wg.Done()
+	if !takeBackAt.IsZero() {
+		settled, why := c.awaitClaim(successor, epoch, takeBackAt)
+		// claimGone: the loop below finds it gone and promotes.
+		if settled == claimOverdue || settled == claimNotOwned {
+			c.takeBack(why, settled == claimOverdue)
+		}
+		c.mu.Lock()
+		c.pending = false
+		c.notifyLocked()
+		c.mu.Unlock()
+	}
 	retry := backoff.New(10*time.Millisecond, 2*time.Second)
 	for c.ctx.Err() == nil && c.currentRole() == api.Role_ROLE_RETIRED {
 		if cl, err := Dial(c.ctx, c.cfg.Dir.InstanceSocket(successor.Id)); err == nil {
@@ -775,6 +899,88 @@ func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64) {
 		if !retry.Wait(c.ctx) {
 			return
 		}
+	}
+}
+
+// claimResult is what a yielded owner learnt of its taker's claim.
+type claimResult int
+
+const (
+	claimOwned    claimResult = iota // the taker owns the granted epoch, or handed on since
+	claimNotOwned                    // the taker's claim is over and it does not own the plugin
+	claimOverdue                     // the claim was not over in time (the taker hangs)
+	claimGone                        // the taker is gone (its socket is dead)
+	claimStopped                     // this instance is closing
+)
+
+// awaitClaim waits until the taker the plugin was yielded to at epoch has
+// finished its claim, or until takeBackAt.
+func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt time.Time) (claimResult, string) {
+	ctx, cancel := context.WithDeadline(c.ctx, takeBackAt)
+	defer cancel()
+	cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(taker.GetId()))
+	if err == nil {
+		defer cl.Close()
+		var resp *api.WatchResponse
+		resp, err = cl.Watch(ctx, &api.WatchRequest{Watcher: c.self, Epoch: epoch,
+			WatcherRole: api.Role_ROLE_RETIRED, UntilSettled: true})
+		if err == nil {
+			if resp.Epoch > epoch || resp.Role == api.Role_ROLE_OWNER && resp.Epoch == epoch {
+				return claimOwned, ""
+			}
+			return claimNotOwned, fmt.Sprintf("taker %s did not take ownership (%s at epoch %d: %s)",
+				taker.GetId(), roleName(resp.Role), resp.Epoch, resp.Reason)
+		}
+	}
+	switch {
+	case c.ctx.Err() != nil:
+		return claimStopped, ""
+	case ctx.Err() != nil:
+		return claimOverdue, fmt.Sprintf("taker %s did not finish its claim by its deadline", taker.GetId())
+	}
+	return claimGone, fmt.Sprintf("taker %s gone (%v)", taker.GetId(), err)
+}
+
+// takeBack makes this yielded instance owner again because its taker did
+// not take ownership (see watchSuccessor). The claim lock serializes this
+// with other claims; an overdue taker may hold it for as long as it hangs,
+// so then (overdue) this goes on without it. That is safe: a taker that
+// wakes up publishes only before its deadline, and should it have published
+// just before, whichever of the two published last owns the plugin and the
+// other one retires at its next event (Enter), as after a forced takeover.
+func (c *Coordinator) takeBack(why string, overdue bool) {
+	start := time.Now()
+	lockWait := c.cfg.ClaimTimeout / 4
+	if overdue {
+		lockWait = overdueLockWait // the hung taker most likely holds it
+	}
+	lctx, lcancel := context.WithTimeout(c.ctx, lockWait)
+	unlock, err := c.cfg.Dir.Lock(lctx)
+	lcancel()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	defer cancel()
+	switch {
+	case err == nil:
+		defer unlock()
+		if c.ownerAlive(ctx) {
+			return // the taker did finish after all, or another claim won
+		}
+	case !overdue || c.ctx.Err() != nil:
+		c.log.WithError(err).Warn("take-back: claim lock busy")
+		return
+	default:
+		c.log.WithError(err).Warn("take-back: claim lock held (by the overdue taker?); going on without it")
+	}
+	if c.currentRole() != api.Role_ROLE_RETIRED {
+		return
+	}
+	if _, err := c.becomeOwner(nil, 0, "took ownership back: "+why, start, time.Time{}); err != nil {
+		c.log.WithError(err).Warn("take-back failed")
+		return
+	}
+	c.report(OutcomeTookBack, start)
+	if c.cfg.OnPromoted != nil {
+		c.cfg.OnPromoted(c.Status().Epoch)
 	}
 }
 
@@ -830,7 +1036,7 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 		return ownedElsewhere
 	}
 	start := time.Now()
-	if _, err := c.becomeOwner(nil, 0, "promoted: "+why, start); err != nil {
+	if _, err := c.becomeOwner(nil, 0, "promoted: "+why, start, time.Time{}); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return undecided
 	}
@@ -842,6 +1048,13 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 		c.cfg.OnPromoted(epoch)
 	}
 	return promoted
+}
+
+// hasLeft reports whether Leave has finished: the instance never owns again.
+func (c *Coordinator) hasLeft() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.left || c.closed
 }
 
 func (c *Coordinator) isClosed() bool {
@@ -875,9 +1088,12 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	defer tick.Stop()
 	for len(standbys) > 0 {
 		c.mu.Lock()
-		owner, watched, ch := c.role == api.Role_ROLE_OWNER, len(c.watchers) > 0, c.changed
+		owner, pending, watched, ch := c.role == api.Role_ROLE_OWNER, c.pending, len(c.watchers) > 0, c.changed
 		c.mu.Unlock()
-		if !owner || (!watched && !c.anyAlive(ctx, standbys)) {
+		// Handed over once the successor finished its claim as owner; if
+		// it does not, this instance takes ownership back and goes on
+		// waiting for another standby.
+		if !owner && !pending || owner && !watched && !c.anyAlive(ctx, standbys) {
 			break
 		}
 		select {
@@ -893,6 +1109,7 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER
 	c.leaving = true
+	c.left = true
 	if c.role != api.Role_ROLE_RETIRED {
 		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
 	}

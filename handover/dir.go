@@ -192,12 +192,18 @@ func (d *Dir) Lock(ctx context.Context) (unlock func(), err error) {
 // publishOwner makes instanceSocket reachable under the owner socket name.
 // The name is swapped atomically (link to a temporary name, then rename), so
 // a client dialing the owner socket always finds one of the two owners and
-// the previous owner's own socket file is left untouched. Call with the lock.
-func (d *Dir) publishOwner(instanceSocket string) error {
+// the previous owner's own socket file is left untouched. A non-zero
+// deadline is checked right before the swap: past it, nothing changes and
+// the error wraps errClaimDeadline. Call with the lock.
+func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
 	tmp := d.OwnerSocket() + ".tmp-" + strconv.Itoa(os.Getpid())
 	_ = os.Remove(tmp)
 	if err := os.Link(instanceSocket, tmp); err != nil {
 		return fmt.Errorf("publish owner socket: %w", err)
+	}
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("publish owner socket: %w", errClaimDeadline)
 	}
 	if err := os.Rename(tmp, d.OwnerSocket()); err != nil {
 		_ = os.Remove(tmp)

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -483,8 +484,20 @@ func failpointFromEnv() (func(handover.Step), error) {
 		return nil, fmt.Errorf("$%s=%q: want <step>:kill or <step>:stop", EnvFailpoint, v)
 	}
 	return func(s handover.Step) {
-		if string(s) == step {
-			_ = syscall.Kill(os.Getpid(), sig)
+		if string(s) != step {
+			return
 		}
+		if sig == syscall.SIGKILL {
+			_ = syscall.Kill(os.Getpid(), sig)
+			return
+		}
+		// The kernel stops the other threads asynchronously and this one
+		// could run on for a moment: wait for the SIGCONT that only comes
+		// once the process was continued, so the stop is exactly here.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
+		_ = syscall.Kill(os.Getpid(), sig)
+		<-cont
 	}, nil
 }

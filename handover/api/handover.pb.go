@@ -395,9 +395,15 @@ type YieldRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Taker *Instance              `protobuf:"bytes,1,opt,name=taker,proto3" json:"taker,omitempty"`
 	// Set by a taker that was asked to take over by a leaving owner.
-	OwnerLeaving  bool `protobuf:"varint,2,opt,name=owner_leaving,json=ownerLeaving,proto3" json:"owner_leaving,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OwnerLeaving bool `protobuf:"varint,2,opt,name=owner_leaving,json=ownerLeaving,proto3" json:"owner_leaving,omitempty"`
+	// When the taker's claim ends (unix nanoseconds): the taker publishes
+	// itself and owns before this instant or not at all. An owner refuses a
+	// request whose deadline has passed; once it yielded, it takes ownership
+	// back if the taker has not finished its claim as owner shortly after the
+	// deadline. 0: the owner's own claim timeout from the request's arrival.
+	ClaimDeadlineUnixNano int64 `protobuf:"varint,3,opt,name=claim_deadline_unix_nano,json=claimDeadlineUnixNano,proto3" json:"claim_deadline_unix_nano,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *YieldRequest) Reset() {
@@ -442,6 +448,13 @@ func (x *YieldRequest) GetOwnerLeaving() bool {
 		return x.OwnerLeaving
 	}
 	return false
+}
+
+func (x *YieldRequest) GetClaimDeadlineUnixNano() int64 {
+	if x != nil {
+		return x.ClaimDeadlineUnixNano
+	}
+	return 0
 }
 
 type YieldResponse struct {
@@ -519,7 +532,11 @@ type WatchRequest struct {
 	// Return at once if the serving instance's epoch differs.
 	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The watcher's own role: a leaving owner waits only for standbys.
-	WatcherRole   Role `protobuf:"varint,3,opt,name=watcher_role,json=watcherRole,proto3,enum=nrihandover.v1.Role" json:"watcher_role,omitempty"`
+	WatcherRole Role `protobuf:"varint,3,opt,name=watcher_role,json=watcherRole,proto3,enum=nrihandover.v1.Role" json:"watcher_role,omitempty"`
+	// Return as soon as the serving instance has no claim in progress,
+	// whatever its role and epoch: a yielded owner learns so whether its
+	// taker finished the claim as owner.
+	UntilSettled  bool `protobuf:"varint,4,opt,name=until_settled,json=untilSettled,proto3" json:"until_settled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -575,12 +592,21 @@ func (x *WatchRequest) GetWatcherRole() Role {
 	return Role_ROLE_UNSPECIFIED
 }
 
+func (x *WatchRequest) GetUntilSettled() bool {
+	if x != nil {
+		return x.UntilSettled
+	}
+	return false
+}
+
 type WatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=nrihandover.v1.Role" json:"role,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Leaving       bool                   `protobuf:"varint,3,opt,name=leaving,proto3" json:"leaving,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Role    Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=nrihandover.v1.Role" json:"role,omitempty"`
+	Epoch   uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Leaving bool                   `protobuf:"varint,3,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Reason  string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// A claim of the serving instance is in progress.
+	Claiming      bool `protobuf:"varint,5,opt,name=claiming,proto3" json:"claiming,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -643,6 +669,13 @@ func (x *WatchResponse) GetReason() string {
 	return ""
 }
 
+func (x *WatchResponse) GetClaiming() bool {
+	if x != nil {
+		return x.Claiming
+	}
+	return false
+}
+
 var File_handover_proto protoreflect.FileDescriptor
 
 const file_handover_proto_rawDesc = "" +
@@ -672,24 +705,27 @@ const file_handover_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12C\n" +
 	"\rlast_handover\x18\x05 \x01(\v2\x1e.nrihandover.v1.HandoverRecordR\flastHandover\x124\n" +
 	"\bwatchers\x18\x06 \x03(\v2\x18.nrihandover.v1.InstanceR\bwatchers\x12\x18\n" +
-	"\aleaving\x18\a \x01(\bR\aleaving\"c\n" +
+	"\aleaving\x18\a \x01(\bR\aleaving\"\x9c\x01\n" +
 	"\fYieldRequest\x12.\n" +
 	"\x05taker\x18\x01 \x01(\v2\x18.nrihandover.v1.InstanceR\x05taker\x12#\n" +
-	"\rowner_leaving\x18\x02 \x01(\bR\fownerLeaving\"\x89\x01\n" +
+	"\rowner_leaving\x18\x02 \x01(\bR\fownerLeaving\x127\n" +
+	"\x18claim_deadline_unix_nano\x18\x03 \x01(\x03R\x15claimDeadlineUnixNano\"\x89\x01\n" +
 	"\rYieldResponse\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12.\n" +
-	"\x05owner\x18\x04 \x01(\v2\x18.nrihandover.v1.InstanceR\x05owner\"\x91\x01\n" +
+	"\x05owner\x18\x04 \x01(\v2\x18.nrihandover.v1.InstanceR\x05owner\"\xb6\x01\n" +
 	"\fWatchRequest\x122\n" +
 	"\awatcher\x18\x01 \x01(\v2\x18.nrihandover.v1.InstanceR\awatcher\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x127\n" +
-	"\fwatcher_role\x18\x03 \x01(\x0e2\x14.nrihandover.v1.RoleR\vwatcherRole\"\x81\x01\n" +
+	"\fwatcher_role\x18\x03 \x01(\x0e2\x14.nrihandover.v1.RoleR\vwatcherRole\x12#\n" +
+	"\runtil_settled\x18\x04 \x01(\bR\funtilSettled\"\x9d\x01\n" +
 	"\rWatchResponse\x12(\n" +
 	"\x04role\x18\x01 \x01(\x0e2\x14.nrihandover.v1.RoleR\x04role\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\aleaving\x18\x03 \x01(\bR\aleaving\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason*b\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
+	"\bclaiming\x18\x05 \x01(\bR\bclaiming*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_JOINING\x10\x01\x12\x0e\n" +
