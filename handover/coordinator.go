@@ -195,10 +195,18 @@ func New(cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
+// maxSocketPath is the longest path a unix socket can be bound to on Linux
+// (sun_path holds 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
 // serve listens on the instance's own socket, mode 0600, and serves the
 // handover service to peers of the same user only.
 func (c *Coordinator) serve() error {
 	path := c.cfg.Dir.InstanceSocket(c.self.Id)
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("handover: socket path %s is %d bytes, longer than the %d a unix socket address holds: "+
+			"use a shorter handover directory, plugin name or instance id", path, len(path), maxSocketPath)
+	}
 	if _, err := Dial(c.ctx, path); err == nil {
 		return fmt.Errorf("handover: instance id %q is already in use (%s answers)", c.self.Id, path)
 	} else if !errors.Is(err, ErrNoInstance) {

@@ -169,7 +169,7 @@ func FuzzNew(f *testing.F) {
 		case envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
 			want = "$" + EnvFailpoint + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
 		case len(sock) > maxSocketPath:
-			want = "handover: "
+			want = "handover: socket path "
 		}
 		if err != nil {
 			if want == "" {
@@ -180,7 +180,7 @@ func FuzzNew(f *testing.F) {
 			if first, _, _ := strings.Cut(err.Error(), "\n"); !strings.Contains(first, want) {
 				t.Fatalf("New: error %q, want its first line to contain %q", err, want)
 			}
-			if want == "handover: " && !strings.Contains(err.Error(), filepath.Dir(sock)) {
+			if want == "handover: socket path " && !strings.Contains(err.Error(), filepath.Dir(sock)) {
 				t.Fatalf("New: error %q does not name the socket in %s", err, filepath.Dir(sock))
 			}
 			return
