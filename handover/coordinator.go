@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/ttrpc"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
@@ -678,7 +680,7 @@ func (c *Coordinator) ownerAlive(ctx context.Context) bool {
 		// connection that broke instead belongs to an instance that is
 		// exiting: a killed process's listener may still accept for a moment
 		// while the kernel closes its files.
-		return errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil
+		return timedOut(ctx, err)
 	}
 	if st.Instance.GetId() == c.self.Id {
 		return false
@@ -881,6 +883,9 @@ func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64, take
 	defer c.wg.Done()
 	if !takeBackAt.IsZero() {
 		settled, why := c.awaitClaim(successor, epoch, takeBackAt)
+		if why != "" {
+			c.log.WithField("taker", successor.GetId()).Info("yielded owner: " + why)
+		}
 		// claimGone: the loop below finds it gone and promotes.
 		if settled == claimOverdue || settled == claimNotOwned {
 			c.takeBack(why, settled == claimOverdue)
@@ -908,6 +913,14 @@ func (c *Coordinator) watchSuccessor(successor *api.Instance, epoch uint64, take
 			return
 		}
 	}
+}
+
+// timedOut reports whether a call failed because ctx's deadline passed.
+// ttrpc sends the deadline along, so the peer may end the call with a
+// DeadlineExceeded status a moment before ctx itself reports it.
+func timedOut(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) ||
+		status.Code(err) == codes.DeadlineExceeded
 }
 
 // claimResult is what a yielded owner learnt of its taker's claim.
@@ -943,7 +956,7 @@ func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt t
 	switch {
 	case c.ctx.Err() != nil:
 		return claimStopped, ""
-	case ctx.Err() != nil:
+	case timedOut(ctx, err):
 		return claimOverdue, fmt.Sprintf("taker %s did not finish its claim by its deadline", taker.GetId())
 	}
 	return claimGone, fmt.Sprintf("taker %s gone (%v)", taker.GetId(), err)

@@ -1,0 +1,213 @@
+package handover
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nri-handover/nri-handover/handover/api"
+)
+
+// newHangingInstance starts a coordinator that blocks at step until release
+// is closed, as a process frozen there would; hung is closed when it gets
+// there (the first time only).
+func newHangingInstance(t *testing.T, root, id string, order int64, step Step) (c *Coordinator, hung, release chan struct{}) {
+	t.Helper()
+	dir, err := OpenDir(root, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c, err = New(Config{
+		Dir:  dir,
+		Self: &api.Instance{Plugin: "demo", Id: id, Version: "2.0.0", StartedUnixNano: startClock + order},
+		Failpoint: func(s Step) {
+			if s == step {
+				once.Do(func() { close(hung); <-release })
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+		c.Close()
+	})
+	return c, hung, release
+}
+
+// acting reports which of the coordinators would act on an event now.
+func acting(cs ...*Coordinator) []string {
+	var ids []string
+	for _, c := range cs {
+		if c.Enter() == api.Role_ROLE_OWNER {
+			ids = append(ids, c.self.Id)
+		}
+		c.Exit()
+	}
+	return ids
+}
+
+// TestYieldAfterClaimDeadlineRefused: an owner refuses a taker whose claim
+// deadline has passed — the runtime may have given up on the Synchronize the
+// claim runs in — and changes nothing.
+func TestYieldAfterClaimDeadlineRefused(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	before := a.Status()
+	cl, err := Dial(context.Background(), a.cfg.Dir.InstanceSocket("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := cl.Yield(context.Background(), &api.YieldRequest{
+		Taker:                 &api.Instance{Plugin: "demo", Id: "late", Version: "2.0.0", StartedUnixNano: startClock + 9},
+		ClaimDeadlineUnixNano: time.Now().Add(-time.Millisecond).UnixNano(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Accepted || !strings.Contains(resp.Reason, "deadline") {
+		t.Fatalf("late Yield answered %v, want a refusal naming the deadline", resp)
+	}
+	if st := a.Status(); st.Role != api.Role_ROLE_OWNER || st.Epoch != before.Epoch {
+		t.Fatalf("a late Yield changed the owner: %v -> %v", before, st)
+	}
+}
+
+// TestHungTakerIsTakenBackFrom: a newcomer that hangs after the owner
+// yielded (B1) — here before it published anything — holds the claim lock
+// and never finishes its claim. The old owner takes ownership back at the
+// newcomer's claim deadline, without the lock. Woken up, the newcomer
+// publishes nothing, ends standby, and only the old owner acts.
+func TestHungTakerIsTakenBackFrom(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	b, hung, release := newHangingInstance(t, root, "b", 2, StepYieldAnswered)
+
+	// A Synchronize request with 400 ms left: a 200 ms claim budget.
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	type result struct {
+		role api.Role
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		role, err := b.Claim(ctx)
+		done <- result{role, err}
+	}()
+	<-hung
+	if st := a.Status(); st.Role != api.Role_ROLE_RETIRED {
+		t.Fatalf("a yielded, is %v", st.Role)
+	}
+	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER) // taken back while b still hangs
+	if r := a.Status().Reason; !strings.Contains(r, "did not finish its claim") {
+		t.Errorf("a owns again for %q", r)
+	}
+	if got := acting(a.Coordinator, b); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("acting while b hangs: %v, want [a]", got)
+	}
+
+	close(release)
+	res := <-done
+	if res.role != api.Role_ROLE_STANDBY || !errors.Is(res.err, errClaimDeadline) {
+		t.Fatalf("b's overdue claim ended %v, %v; want standby, deadline passed", res.role, res.err)
+	}
+	if id := ownerID(t, root); id != "a" {
+		t.Fatalf("owner name leads to %q after b woke up, want a", id)
+	}
+	if got := acting(a.Coordinator, b); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("acting after b woke up: %v, want [a]", got)
+	}
+}
+
+// TestLateTakerPublishIsFenced: a newcomer that hangs right after publishing
+// itself under the owner name, before it owns, is taken back from all the
+// same. When it wakes up and completes its claim it owns by role, but the
+// name leads to the old owner again: its first event retires it, so only
+// one instance ever acts.
+func TestLateTakerPublishIsFenced(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	b, hung, release := newHangingInstance(t, root, "b", 2, StepPublished)
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	done := make(chan api.Role, 1)
+	go func() {
+		role, _ := b.Claim(ctx)
+		done <- role
+	}()
+	<-hung
+	if id := ownerID(t, root); id != "b" {
+		t.Fatalf("owner name leads to %q at b's published step", id)
+	}
+	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER)
+	if id := ownerID(t, root); id != "a" {
+		t.Fatalf("owner name leads to %q after a took back", id)
+	}
+	close(release)
+	<-done
+	if got := acting(a.Coordinator, b); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("acting after b woke up: %v, want [a]", got)
+	}
+	if st := b.Status(); st.Role == api.Role_ROLE_OWNER {
+		t.Fatalf("b still owner after its first event: %v", st)
+	}
+}
+
+// TestLeaveWaitsForPendingSuccessor: an owner that is stopping yields to a
+// standby; if that standby then hangs in its claim, the leaving owner takes
+// ownership back rather than leave the node with no owner, and Leave
+// reports that it did not hand over.
+func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	b, hung, _ := newHangingInstance(t, root, "b", 0, StepYieldAnswered) // older: standby under the policy
+	b.cfg.OnResync = func(string) {}
+	if r, _ := b.Claim(context.Background()); r != api.Role_ROLE_STANDBY {
+		t.Fatalf("b: %v", r)
+	}
+	waitFor(t, a.Coordinator, "b watching", func(st *api.StatusResponse) bool { return len(st.Watchers) == 1 })
+
+	leaveCtx, cancelLeave := context.WithCancel(context.Background())
+	left := make(chan bool, 1)
+	go func() { left <- a.Leave(leaveCtx) }()
+	waitFor(t, a.Coordinator, "leaving", func(st *api.StatusResponse) bool { return st.Leaving })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	go func() { _, _ = b.Claim(ctx) }() // the standby's claim in its new Synchronize
+	<-hung
+	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER) // taken back, Leave still waiting
+	select {
+	case handed := <-left:
+		t.Fatalf("Leave returned %v while its successor hung", handed)
+	default:
+	}
+	cancelLeave()
+	if handed := <-left; handed {
+		t.Fatal("Leave reports a handover to a successor that never owned")
+	}
+}
