@@ -45,6 +45,26 @@ func newHangingInstance(t *testing.T, root, id string, order int64, step Step) (
 	return c, hung, release
 }
 
+// claimReturn is what a Claim returned.
+type claimReturn struct {
+	role api.Role
+	err  error
+}
+
+// claimAsIfSynchronizing runs c's claim as the harness does inside a
+// Synchronize request with 400 ms left (a 200 ms claim budget), and returns
+// the outcome when the claim ends.
+func claimAsIfSynchronizing(t *testing.T, c *Coordinator) <-chan claimReturn {
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	t.Cleanup(cancel)
+	done := make(chan claimReturn, 1)
+	go func() {
+		role, err := c.Claim(ctx)
+		done <- claimReturn{role, err}
+	}()
+	return done
+}
+
 // acting reports which of the coordinators would act on an event now.
 func acting(cs ...*Coordinator) []string {
 	var ids []string
@@ -99,19 +119,7 @@ func TestHungTakerIsTakenBackFrom(t *testing.T) {
 		t.Fatalf("a: %v", r)
 	}
 	b, hung, release := newHangingInstance(t, root, "b", 2, StepYieldAnswered)
-
-	// A Synchronize request with 400 ms left: a 200 ms claim budget.
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-	defer cancel()
-	type result struct {
-		role api.Role
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		role, err := b.Claim(ctx)
-		done <- result{role, err}
-	}()
+	done := claimAsIfSynchronizing(t, b)
 	<-hung
 	if st := a.Status(); st.Role != api.Role_ROLE_RETIRED {
 		t.Fatalf("a yielded, is %v", st.Role)
@@ -149,13 +157,7 @@ func TestLateTakerPublishIsFenced(t *testing.T) {
 		t.Fatalf("a: %v", r)
 	}
 	b, hung, release := newHangingInstance(t, root, "b", 2, StepPublished)
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-	defer cancel()
-	done := make(chan api.Role, 1)
-	go func() {
-		role, _ := b.Claim(ctx)
-		done <- role
-	}()
+	done := claimAsIfSynchronizing(t, b)
 	<-hung
 	if id := ownerID(t, root); id != "b" {
 		t.Fatalf("owner name leads to %q at b's published step", id)
@@ -196,9 +198,7 @@ func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
 	go func() { left <- a.Leave(leaveCtx) }()
 	waitFor(t, a.Coordinator, "leaving", func(st *api.StatusResponse) bool { return st.Leaving })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-	defer cancel()
-	go func() { _, _ = b.Claim(ctx) }() // the standby's claim in its new Synchronize
+	claimAsIfSynchronizing(t, b) // the standby's claim in its new Synchronize
 	<-hung
 	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER) // taken back, Leave still waiting
 	select {
