@@ -32,13 +32,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
+	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 	"github.com/nri-handover/nri-handover/stamp"
@@ -224,11 +224,7 @@ func TestHandoverSocketAccess(t *testing.T) {
 		t.Fatalf("same user: %s", out)
 	}
 
-	parent, err := os.MkdirTemp("", "nha-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(parent) })
+	parent := testutil.ShortTempDir(t, "nha-")
 	if err := os.Chmod(parent, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +268,7 @@ type keyState struct {
 	content []byte
 }
 
+// readKeyState reads the key file's inode, mode and content.
 func readKeyState(t *testing.T, path string) keyState {
 	t.Helper()
 	fi, err := os.Stat(path)
@@ -388,54 +385,6 @@ func (h *logHook) invalidStamps() []string {
 	return ids
 }
 
-// syncAuthor is the audit plugin with a Synchronize handler that reports
-// which containers it was handed.
-type syncAuthor struct {
-	*audit.Plugin
-	synced chan []string
-}
-
-func (a *syncAuthor) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	ids := []string{}
-	for _, c := range ctrs {
-		ids = append(ids, c.Id)
-	}
-	sort.Strings(ids)
-	a.synced <- ids
-	return nil, nil
-}
-
-// startAuthor runs an instance with the given author, as node.start does.
-func (n *node) startAuthor(id, ver string, author interface{}, opts ...plugin.Option) *running {
-	n.t.Helper()
-	p, err := plugin.New(author, append([]plugin.Option{
-		plugin.WithVersion(ver), plugin.WithPluginName("audit"), plugin.WithPluginIdx("10"),
-		plugin.WithSocketPath(n.rt.SocketPath()), plugin.WithHandoverDir(n.root), plugin.WithInstanceID(id),
-		plugin.WithLeaveTimeout(5 * time.Second), plugin.WithLogger(logrus.NewEntry(n.log)),
-	}, opts...)...)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{p: p, author: author, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		r.err = p.Run(ctx)
-		close(r.done)
-	}()
-	n.t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
-}
-
-func newSyncAuthor(n *node, id, ver string) *syncAuthor {
-	return &syncAuthor{
-		Plugin: &audit.Plugin{Version: ver, Recorder: &recorder{n.ledger, id, ver}},
-		synced: make(chan []string, 8),
-	}
-}
-
 // TestInvalidStampsAreIgnoredLoggedCounted: stamps that do not verify —
 // a bad MAC, a valid stamp copied from another container, one signed with
 // another node's key, a malformed value — never make the plugin skip a
@@ -496,10 +445,7 @@ func TestInvalidStampsAreIgnoredLoggedCounted(t *testing.T) {
 
 	// On CreateContainer, under the owner. The copied stamp is valid for
 	// the container it was made for, not for this one.
-	signer, err := stamp.NewSigner("audit", mustKey(t, filepath.Join(n.root, "audit", "stamp.key")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := n.signer()
 	bad["copied from another container"] = func(string) string {
 		v, _ := signer.Sign("ctr-elsewhere", v1, "a")
 		return v
@@ -536,40 +482,4 @@ func TestInvalidStampsAreIgnoredLoggedCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.checkSince(unattended)
-}
-
-// checkSince checks the ledger as check does, leaving out the events issued
-// in before (delivered while no instance was connected).
-func (n *node) checkSince(before map[sim.EventKey]int) sim.Report {
-	n.t.Helper()
-	issued := n.rt.Issued()
-	for k, c := range before {
-		issued[k] -= c
-		if issued[k] == 0 {
-			delete(issued, k)
-		}
-	}
-	rep := n.ledger.Compare(issued, nil)
-	if !rep.OK() {
-		n.t.Errorf("ledger: %v", rep)
-	}
-	st := n.rt.Stats()
-	if st.FailedCreates != 0 {
-		n.t.Errorf("%d creations failed: %v", st.FailedCreates, st.CreateErrors)
-	}
-	for p, c := range st.Timeouts {
-		if c != 0 {
-			n.t.Errorf("instance %s dropped: %d timeouts", p, c)
-		}
-	}
-	return rep
-}
-
-func mustKey(t *testing.T, path string) stamp.Key {
-	t.Helper()
-	k, err := stamp.LoadOrCreateKey(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }

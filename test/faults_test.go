@@ -4,10 +4,10 @@ package test
 // handover protocol may fail, and nothing may be acted on twice.
 //
 // Process rows run the nri-audit sample as separate processes against the
-// in-process runtime (see process_test.go for the node, the ledger file and
-// the probes), and kill or stop one of them exactly at a protocol step with
+// in-process runtime (see procnode_test.go for the node and the ledger
+// file), and kill or stop one of them exactly at a protocol step with
 // the NRI_HANDOVER_FAILPOINT environment variable ("<step>:kill|stop", read
-// by plugin.New). In-process rows use harness instances (harness_test.go).
+// by plugin.New). In-process rows use harness instances (helpers_test.go).
 //
 // Each row states what the design allows and checks exactly that against
 // the runtime's delivery log and the plugins' ledger: which instance acted
@@ -20,7 +20,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -34,17 +33,13 @@ import (
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
+	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
-	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 )
 
 const (
 	// faultTimeout bounds each fault scenario.
 	faultTimeout = 45 * time.Second
-	// ownerPoll is how often a test looks at a plugin process's role from
-	// outside (its handover socket); only used where a process must be
-	// observed, to time a takeover to a few milliseconds.
-	ownerPoll = 2 * time.Millisecond
 	// hungRequestTimeout is the runtime's request timeout in rows where an
 	// instance is hung (SIGSTOP): the time after which the runtime drops it.
 	hungRequestTimeout = 500 * time.Millisecond
@@ -52,101 +47,10 @@ const (
 	missed = "-"
 )
 
-// startProcEnv starts an nri-audit process as startPlugin does, with env
-// added to its environment (e.g. a failpoint).
-func (n *procNode) startProcEnv(id, ver string, env []string, extra ...string) *proc {
-	n.t.Helper()
-	args := append([]string{
-		"-name", "audit", "-idx", "10", "-nri-socket", n.rt.SocketPath(), "-handover-dir", n.root,
-		"-instance", id, "-version", ver, "-ledger", n.ledger,
-	}, extra...)
-	p := &proc{id: id, version: ver, log: filepath.Join(n.logs, id+".log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	p.cmd = exec.Command(n.bins.audit, args...)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.Env = append(childEnv(), env...)
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		n.t.Fatalf("start %s: %v", id, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		logf.Close()
-		close(p.done)
-	}()
-	n.mu.Lock()
-	n.procs = append(n.procs, p)
-	n.mu.Unlock()
-	n.t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill() // also ends a stopped process
-			<-p.done
-		}
-	})
-	return p
-}
-
 // failpoint is the environment that makes a process kill or stop itself at
 // a protocol step.
 func failpoint(step handover.Step, action string) []string {
 	return []string{plugin.EnvFailpoint + "=" + string(step) + ":" + action}
-}
-
-func (n *procNode) instanceSocket(id string) string {
-	return filepath.Join(n.root, "audit", "instances", id+".sock")
-}
-
-func (n *procNode) ownerSocket() string { return filepath.Join(n.root, "audit", "owner.sock") }
-
-// statusOf asks an instance for its status over its handover socket.
-func (n *procNode) statusOf(ctx context.Context, id string) (*hapi.StatusResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	cl, err := handover.Dial(ctx, n.instanceSocket(id))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
-	return cl.Status(ctx, &hapi.StatusRequest{})
-}
-
-// owns reports whether the instance says it owns the plugin and the owner
-// name leads to its socket.
-func (n *procNode) owns(ctx context.Context, id string) bool {
-	st, err := n.statusOf(ctx, id)
-	if err != nil || st.Role != hapi.Role_ROLE_OWNER {
-		return false
-	}
-	a, err1 := os.Stat(n.ownerSocket())
-	b, err2 := os.Stat(n.instanceSocket(id))
-	return err1 == nil && err2 == nil && os.SameFile(a, b)
-}
-
-// waitOwns watches the process from outside until it owns the plugin and
-// returns when that was first seen. It fails if the process exits first.
-func (n *procNode) waitOwns(ctx context.Context, t *testing.T, p *proc) time.Time {
-	t.Helper()
-	tick := time.NewTicker(ownerPoll)
-	defer tick.Stop()
-	for {
-		if n.owns(ctx, p.id) {
-			return time.Now()
-		}
-		select {
-		case <-tick.C:
-		case <-p.done:
-			t.Fatalf("%s exited (%v) before it owned the plugin", p.id, p.state)
-		case <-ctx.Done():
-			st, err := n.statusOf(context.Background(), p.id)
-			t.Fatalf("%s never owned the plugin: %v %v", p.id, st, err)
-		}
-	}
 }
 
 // tally is who acted on the delivered events, in delivery order.
@@ -256,7 +160,48 @@ func (m *matrix) log(t *testing.T) {
 	t.Logf("fault matrix, as measured:\n  %s", strings.Join(m.rows, "\n  "))
 }
 
+// ms rounds d to a tenth of a millisecond, for the matrix.
 func ms(d time.Duration) string { return d.Round(100 * time.Microsecond).String() }
+
+// loadedOwner sets a fault scenario up: a node with the runtime's options
+// opts, its first instance audit-old (1.0.0, with env added to its
+// environment) owning the plugin, and a stream of pod lifecycles (two
+// workers) that has delivered at least events events.
+func loadedOwner(ctx context.Context, t *testing.T, bins binaries, opts sim.Options, env []string,
+	events int) (*procNode, *proc, *stream) {
+	t.Helper()
+	n := newProcNode(t, bins, opts)
+	old := n.startProcEnv("audit-old", "1.0.0", env)
+	n.waitOwns(ctx, t, old)
+	s := n.startStream(ctx, 2)
+	s.waitEvents(ctx, t, events)
+	return n, old, s
+}
+
+// newcomerOwns starts a newcomer, instance id of version 2.0.0, and waits
+// until it owns the plugin; it returns the newcomer and how long after its
+// start it was first seen owning.
+func (n *procNode) newcomerOwns(ctx context.Context, t *testing.T, id string) (*proc, time.Duration) {
+	t.Helper()
+	started := time.Now()
+	p := n.startPlugin(id, "2.0.0")
+	return p, n.waitOwns(ctx, t, p).Sub(started)
+}
+
+// finishScenario ends a fault scenario: it stops the stream's workers and
+// the given pods (SIGTERM, each expected to exit cleanly, in order), checks
+// the runtime with the request timeouts the scenario allows, and tallies
+// who acted on the delivered events.
+func (n *procNode) finishScenario(ctx context.Context, t *testing.T, s *stream, timeouts map[string]int,
+	pods ...*proc) tally {
+	t.Helper()
+	s.finish()
+	for _, p := range pods {
+		stopPod(ctx, t, p)
+	}
+	checkRuntime(t, n, s, timeouts)
+	return n.tallyEvents(t)
+}
 
 func TestFaultMatrix(t *testing.T) {
 	if testing.Short() {
@@ -305,15 +250,9 @@ func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, a
 	if action == "stop" {
 		opts.RequestTimeout = hungRequestTimeout
 	}
-	n := newProcNode(t, bins, opts)
-	old := n.startProcEnv("audit-old", "1.0.0", env)
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
+	n, old, s := loadedOwner(ctx, t, bins, opts, env, 200)
 
-	started := time.Now()
-	newp := n.startPlugin("audit-new", "2.0.0")
-	took := n.waitOwns(ctx, t, newp).Sub(started)
+	newp, took := n.newcomerOwns(ctx, t, "audit-new")
 	timeouts := map[string]int{}
 	switch action {
 	case "kill":
@@ -350,13 +289,11 @@ func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, a
 			t.Errorf("thawed %s: %v %v, want it not to own", old.id, ost, err)
 		}
 	}
-	s.finish()
-	stopPod(ctx, t, newp)
+	pods := []*proc{newp}
 	if action == "stop" {
-		stopPod(ctx, t, old)
+		pods = append(pods, old)
 	}
-	checkRuntime(t, n, s, timeouts)
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, timeouts, pods...)
 	expectRuns(t, tl, []string{old.id, newp.id})
 	name := "control (no fault)"
 	if action != "" {
@@ -375,11 +312,7 @@ func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, a
 func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
 
 	lo := len(n.rt.IssuedLog())
 	newp := n.startProcEnv("audit-new", "2.0.0", failpoint(step, "kill"))
@@ -399,15 +332,9 @@ func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) 
 	ost, _ := n.statusOf(ctx, old.id)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+300)
 
-	started := time.Now()
-	new2 := n.startPlugin("audit-new2", "2.0.0")
-	took := n.waitOwns(ctx, t, new2).Sub(started)
+	new2, took := n.newcomerOwns(ctx, t, "audit-new2")
 	s.waitEvents(ctx, t, n.rt.Stats().Events+200)
-	s.finish()
-	stopPod(ctx, t, new2)
-	stopPod(ctx, t, old)
-	checkRuntime(t, n, s, map[string]int{})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{}, new2, old)
 	expectRuns(t, tl, []string{old.id, new2.id}, []string{old.id, missed, old.id, new2.id})
 	for _, i := range tl.missedAt {
 		if i < lo {
@@ -456,11 +383,7 @@ func (p *proc) thawAlways(t *testing.T) {
 func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{RequestTimeout: hungRequestTimeout})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
 
 	lo := len(n.rt.IssuedLog())
 	newp := n.startProcEnv("audit-new", "2.0.0", failpoint(step, "stop"))
@@ -492,11 +415,7 @@ func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 	newp.thawAlways(t)
 	took := n.waitOwns(ctx, t, newp).Sub(thawed)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+300)
-	s.finish()
-	stopPod(ctx, t, newp)
-	stopPod(ctx, t, old)
-	checkRuntime(t, n, s, map[string]int{"10-audit": 1})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{"10-audit": 1}, newp, old)
 	expectRuns(t, tl, []string{old.id, newp.id})
 	m.add("%-36s runtime held events %s; old owner %s; newcomer owns %s after the thaw; started at #%d, thawed at #%d; %s",
 		"newcomer stop at "+string(step), ms(resumed.Sub(stopped)), back, ms(took), lo, hungAt, tl)
@@ -509,34 +428,25 @@ func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 func oldOwnerKilledIdle(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 300)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 300)
 	s.finish()
 	old.signal(t, syscall.SIGKILL)
 	old.wait(ctx, t)
-	for _, f := range []string{n.ownerSocket(), n.instanceSocket(old.id)} {
+	for _, f := range []string{ownerSocket(n.root), instanceSocket(n.root, old.id)} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("the killed owner left no %s: %v", f, err)
 		}
 	}
 
-	started := time.Now()
-	newp := n.startPlugin("audit-new", "2.0.0")
-	took := n.waitOwns(ctx, t, newp).Sub(started)
+	newp, took := n.newcomerOwns(ctx, t, "audit-new")
 	st, _ := n.statusOf(ctx, newp.id)
 	if st.GetEpoch() != 2 || st.GetReason() != "no owner on the node" {
 		t.Errorf("newcomer: epoch %d, %q; want epoch 2, no owner on the node", st.GetEpoch(), st.GetReason())
 	}
 	s2 := n.startStream(ctx, 2)
 	s2.waitEvents(ctx, t, n.rt.Stats().Events+300)
-	s2.finish()
-	stopPod(ctx, t, newp)
+	tl := n.finishScenario(ctx, t, s2, map[string]int{}, newp)
 	checkRuntime(t, n, s, map[string]int{})
-	checkRuntime(t, n, s2, map[string]int{})
-	tl := n.tallyEvents(t)
 	expectRuns(t, tl, []string{old.id, newp.id})
 	m.add("%-36s newcomer owns %8s after its start (%s); %s", "old owner kill before (idle)", ms(took), st.GetReason(), tl)
 }
@@ -547,24 +457,15 @@ func oldOwnerKilledIdle(t *testing.T, bins binaries, m *matrix) {
 func oldOwnerKilledAfter(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
-	started := time.Now()
-	newp := n.startPlugin("audit-new", "2.0.0")
-	took := n.waitOwns(ctx, t, newp).Sub(started)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
+	newp, took := n.newcomerOwns(ctx, t, "audit-new")
 	old.signal(t, syscall.SIGKILL)
 	old.wait(ctx, t)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+300)
 	if !n.owns(ctx, newp.id) {
 		t.Errorf("%s lost ownership when the retired instance was killed", newp.id)
 	}
-	s.finish()
-	stopPod(ctx, t, newp)
-	checkRuntime(t, n, s, map[string]int{})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{}, newp)
 	expectRuns(t, tl, []string{old.id, newp.id})
 	m.add("%-36s newcomer owns %8s after its start, keeps owning; %s", "old owner kill after (retired)", ms(took), tl)
 }
@@ -578,13 +479,8 @@ func oldOwnerKilledAfter(t *testing.T, bins binaries, m *matrix) {
 func newOwnerKilled(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
-	newp := n.startPlugin("audit-new", "2.0.0")
-	n.waitOwns(ctx, t, newp)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
+	newp, _ := n.newcomerOwns(ctx, t, "audit-new")
 	s.waitEvents(ctx, t, n.rt.Stats().Events+200)
 
 	lo := len(n.rt.IssuedLog())
@@ -593,10 +489,7 @@ func newOwnerKilled(t *testing.T, bins binaries, m *matrix) {
 	window := n.waitTakeBack(ctx, t, old, time.Now())
 	st, _ := n.statusOf(ctx, old.id)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+300)
-	s.finish()
-	stopPod(ctx, t, old)
-	checkRuntime(t, n, s, map[string]int{})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{}, old)
 	expectRuns(t, tl, []string{old.id, newp.id, old.id}, []string{old.id, newp.id, missed, old.id})
 	for _, i := range tl.missedAt {
 		if i < lo {
@@ -614,11 +507,7 @@ func newOwnerKilled(t *testing.T, bins binaries, m *matrix) {
 func racingNewcomers(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
 	started := time.Now()
 	var ps []*proc
 	for i := 1; i <= 3; i++ {
@@ -662,13 +551,7 @@ func racingNewcomers(t *testing.T, bins binaries, m *matrix) {
 	if !n.owns(ctx, newest.id) {
 		t.Errorf("the newest newcomer %s does not own the plugin", newest.id)
 	}
-	s.finish()
-	for _, p := range ps {
-		stopPod(ctx, t, p)
-	}
-	stopPod(ctx, t, old)
-	checkRuntime(t, n, s, map[string]int{})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{}, append(ps, old)...)
 	if len(tl.missedAt) != 0 || tl.runs[0] != old.id || tl.runs[len(tl.runs)-1] != newest.id {
 		t.Errorf("want every event acted on once, first by %s, last by %s: %v", old.id, newest.id, tl)
 	}
@@ -684,7 +567,7 @@ func invalidStarts(t *testing.T, bins binaries, m *matrix) {
 	n := newProcNode(t, bins, sim.Options{})
 	old := n.startPlugin("audit-old", "1.0.0")
 	n.waitOwns(ctx, t, old)
-	before, err := os.Stat(n.instanceSocket(old.id))
+	before, err := os.Stat(instanceSocket(n.root, old.id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,7 +598,7 @@ func invalidStarts(t *testing.T, bins binaries, m *matrix) {
 		}
 		m.add("%-36s exit %d after %s: %s", "invalid start: "+tc.id, st.ExitCode(), ms(time.Since(started)), lastLine(out))
 	}
-	after, err := os.Stat(n.instanceSocket(old.id))
+	after, err := os.Stat(instanceSocket(n.root, old.id))
 	if err != nil || !os.SameFile(before, after) {
 		t.Errorf("the owner's socket was replaced or removed: %v", err)
 	}
@@ -725,21 +608,10 @@ func invalidStarts(t *testing.T, bins binaries, m *matrix) {
 	stopPod(ctx, t, old)
 }
 
+// lastLine is the last line of s, without surrounding space.
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
-}
-
-// leaveDeadSocket leaves at path the socket file of a process that died: a
-// unix socket nothing listens on.
-func leaveDeadSocket(t *testing.T, path string) {
-	t.Helper()
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
 }
 
 // TestStaleFilesOfACrashedOwner: an owner crashed and left its socket,
@@ -756,7 +628,7 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed := dir.InstanceSocket("a")
-	leaveDeadSocket(t, crashed)
+	testutil.DeadSocket(t, crashed)
 	if err := os.Link(crashed, dir.OwnerSocket()); err != nil {
 		t.Fatal(err)
 	}
@@ -799,10 +671,7 @@ func TestHandoverDirFaults(t *testing.T) {
 	n := newNode(t)
 	owner := n.start("owner", "1.0.0")
 	waitRole(t, owner, plugin.RoleOwner)
-	tmp, err := os.MkdirTemp("", "nhd-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmp := testutil.ShortTempDir(t, "nhd-")
 	// Instances in other directories never reach the runtime: no second
 	// owner of the plugin may appear there.
 	base := func(root string) []plugin.Option {
@@ -812,8 +681,7 @@ func TestHandoverDirFaults(t *testing.T) {
 			plugin.WithSocketPath(filepath.Join(tmp, "no-runtime.sock")),
 		}
 	}
-	author := &audit.Plugin{Version: "2.0.0", Recorder: &recorder{n.ledger, "x", "2.0.0"}}
-	t.Cleanup(func() { os.RemoveAll(tmp) })
+	author := n.auditPlugin("x", "2.0.0")
 	if err := os.Chmod(tmp, 0o755); err != nil { // for the child run as another user
 		t.Fatal(err)
 	}
@@ -950,28 +818,6 @@ func TestHandoverDirFaults(t *testing.T) {
 	n.check()
 }
 
-// owns reports whether an in-process instance owns the plugin and the owner
-// name leads to it.
-func (n *node) owns(r *running) bool {
-	if r.p.Role() != plugin.RoleOwner {
-		return false
-	}
-	a, err1 := os.Stat(filepath.Join(n.root, "audit", "owner.sock"))
-	b, err2 := os.Stat(filepath.Join(n.root, "audit", "instances", r.p.Instance().Id+".sock"))
-	return err1 == nil && err2 == nil && os.SameFile(a, b)
-}
-
-// runBriefly runs an instance whose runtime socket may not exist, with a
-// context that is already cancelled: Run returns at once and closes it.
-func runBriefly(t *testing.T, p *plugin.Plugin) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := p.Run(ctx); err != nil {
-		t.Errorf("Run: %v", err)
-	}
-}
-
 // nriProxy stands at a fixed NRI socket path for whichever runtime is up,
 // so that instances see their runtime go away and come back at the same
 // path (internal/sim picks a fresh socket path per runtime, and its Stop
@@ -988,20 +834,19 @@ type nriProxy struct {
 	wg       sync.WaitGroup
 }
 
-func newNRIProxy(t *testing.T) *nriProxy {
+// newNRIProxy starts a proxy up, forwarding to the runtime at upstream.
+// It is taken down when the test ends.
+func newNRIProxy(t *testing.T, upstream string) *nriProxy {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "nhr-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := testutil.ShortTempDir(t, "nhr-")
 	px := &nriProxy{path: filepath.Join(dir, "nri.sock"), conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() {
-		px.down()
-		os.RemoveAll(dir)
-	})
+	t.Cleanup(px.down)
+	px.up(t, upstream)
 	return px
 }
 
+// up listens at the proxy's path and forwards every connection to the
+// runtime at upstream, until down.
 func (px *nriProxy) up(t *testing.T, upstream string) {
 	t.Helper()
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: px.path, Net: "unix"})
@@ -1034,6 +879,7 @@ func (px *nriProxy) up(t *testing.T, upstream string) {
 	}()
 }
 
+// pipe copies src to dst until either side closes, then closes both.
 func (px *nriProxy) pipe(dst, src net.Conn) {
 	defer px.wg.Done()
 	_, _ = io.Copy(dst, src)
@@ -1045,6 +891,8 @@ func (px *nriProxy) pipe(dst, src net.Conn) {
 	px.mu.Unlock()
 }
 
+// down closes the listening socket and every connection, and waits for
+// the forwarding to end.
 func (px *nriProxy) down() {
 	px.mu.Lock()
 	if px.l != nil {
@@ -1077,8 +925,7 @@ func TestRuntimeRestart(t *testing.T) {
 	n := newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	px := newNRIProxy(t)
-	px.up(t, n.rt.SocketPath())
+	px := newNRIProxy(t, n.rt.SocketPath())
 	viaProxy := plugin.WithSocketPath(px.path)
 	pol := plugin.WithPolicy(handover.NewestVersion{})
 	authors := map[string]*syncAuthor{}
@@ -1186,11 +1033,7 @@ func TestRuntimeRestart(t *testing.T) {
 	runtimes := []*sim.Runtime{n.rt}
 	for i := 0; i < 1; i++ {
 		px.down()
-		rt, err := sim.Start(sim.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rt.Stop)
+		rt := testutil.StartRuntime(t, sim.Options{})
 		runtimes = append(runtimes, rt)
 		upAt := time.Now()
 		px.up(t, rt.SocketPath())
@@ -1236,8 +1079,7 @@ func TestRuntimeRestartsReconnectPromptly(t *testing.T) {
 	n := newNode(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	px := newNRIProxy(t)
-	px.up(t, n.rt.SocketPath())
+	px := newNRIProxy(t, n.rt.SocketPath())
 	a := n.start("a", "1.0.0", plugin.WithSocketPath(px.path))
 	waitRole(t, a, plugin.RoleOwner)
 	if err := n.rt.WaitPlugins(ctx, 1); err != nil {
@@ -1274,11 +1116,7 @@ func TestRuntimeRestartsReconnectPromptly(t *testing.T) {
 func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
-	n := newProcNode(t, bins, sim.Options{RequestTimeout: hungRequestTimeout})
-	old := n.startPlugin("audit-old", "1.0.0")
-	n.waitOwns(ctx, t, old)
-	s := n.startStream(ctx, 2)
-	s.waitEvents(ctx, t, 200)
+	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
 	hung := n.startProcEnv("audit-hung", "2.0.0", failpoint(handover.StepClaimLocked, "stop"))
 	hung.waitStopped(ctx, t)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+1) // the runtime gave up on it
@@ -1328,11 +1166,7 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 		took = "NEVER owns"
 	}
 	s.waitEvents(ctx, t, n.rt.Stats().Events+200)
-	s.finish()
-	stopPod(ctx, t, second)
-	stopPod(ctx, t, old)
-	checkRuntime(t, n, s, map[string]int{"10-audit": 1})
-	tl := n.tallyEvents(t)
+	tl := n.finishScenario(ctx, t, s, map[string]int{"10-audit": 1}, second, old)
 	expectRuns(t, tl, []string{old.id, second.id})
 	m.add("%-36s second newcomer %s after the lock holder was killed; %s", "claim lock holder hung", took, tl)
 }
@@ -1348,11 +1182,7 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 // owner yielded outside the fence and the newcomer owned the plugin with no
 // runtime connection.)
 func TestClaimBoundedByItsBudget(t *testing.T) {
-	root, err := os.MkdirTemp("", "nhc-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := testutil.ShortTempDir(t, "nhc-")
 	dir, err := handover.OpenDir(root, "demo")
 	if err != nil {
 		t.Fatal(err)

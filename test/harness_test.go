@@ -3,190 +3,21 @@ package test
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
-	"github.com/sirupsen/logrus"
 
-	"github.com/nri-handover/nri-handover/handover"
+	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
+	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 	"github.com/nri-handover/nri-handover/stamp"
 )
-
-// node is one simulated node: the in-process runtime, a handover directory
-// and a ledger of who acted on what.
-type node struct {
-	t      *testing.T
-	rt     *sim.Runtime
-	root   string
-	ledger *sim.Ledger
-	log    *logrus.Logger
-}
-
-func newNode(t *testing.T) *node {
-	t.Helper()
-	rt, err := sim.Start(sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Stop)
-	root, err := os.MkdirTemp("", "nho-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	log := logrus.New()
-	log.SetOutput(io.Discard)
-	if testing.Verbose() {
-		log.SetOutput(os.Stderr)
-	}
-	return &node{t: t, rt: rt, root: root, ledger: sim.NewLedger(), log: log}
-}
-
-// running is one started harness instance.
-type running struct {
-	p      *plugin.Plugin
-	author interface{}
-	cancel context.CancelFunc
-	done   chan struct{} // closed when Run returned, with its error in err
-	err    error
-}
-
-// stop cancels the instance (as SIGTERM would) and waits for Run to return.
-func (r *running) stop(t *testing.T) {
-	t.Helper()
-	r.cancel()
-	<-r.done
-	if r.err != nil {
-		t.Errorf("%s: Run returned %v", r.p.Instance().Id, r.err)
-	}
-}
-
-// reconciler is the audit plugin plus a Reconcile hook that records what it
-// was given and asks the runtime to update those containers.
-type reconciler struct {
-	*audit.Plugin
-	got chan []string
-}
-
-func (r *reconciler) Reconcile(_ context.Context, p *plugin.Plugin, older []*plugin.StampedContainer) error {
-	var ids []string
-	var updates []*api.ContainerUpdate
-	for _, c := range older {
-		ids = append(ids, c.Container.Id)
-		u := &api.ContainerUpdate{ContainerId: c.Container.Id}
-		u.SetLinuxCPUShares(2048)
-		updates = append(updates, u)
-	}
-	sort.Strings(ids)
-	if len(updates) > 0 {
-		if _, err := p.UpdateContainers(updates); err != nil {
-			return err
-		}
-	}
-	r.got <- ids
-	return nil
-}
-
-// start runs an audit plugin instance of version ver.
-func (n *node) start(id, ver string, opts ...plugin.Option) *running {
-	n.t.Helper()
-	author := &reconciler{
-		Plugin: &audit.Plugin{Version: ver, Recorder: &recorder{n.ledger, id, ver}},
-		got:    make(chan []string, 4),
-	}
-	p, err := plugin.New(author, append([]plugin.Option{
-		plugin.WithVersion(ver),
-		plugin.WithPluginName("audit"),
-		plugin.WithPluginIdx("10"),
-		plugin.WithSocketPath(n.rt.SocketPath()),
-		plugin.WithHandoverDir(n.root),
-		plugin.WithInstanceID(id),
-		plugin.WithLeaveTimeout(5 * time.Second),
-		plugin.WithLogger(logrus.NewEntry(n.log)),
-	}, opts...)...)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{p: p, author: author, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		r.err = p.Run(ctx)
-		close(r.done)
-	}()
-	n.t.Cleanup(func() {
-		cancel()
-		<-r.done
-	})
-	return r
-}
-
-// waitRole waits on change notifications until r has role.
-func waitRole(t *testing.T, r *running, role plugin.Role) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		ch := r.p.RoleChanged()
-		if r.p.Role() == role {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			_, why := r.p.Ready()
-			t.Fatalf("%s: waiting for role %v: %s", r.p.Instance().Id, role, why)
-		}
-	}
-}
-
-// lifecycles runs n pod lifecycles with two containers each.
-func (n *node) lifecycles(count int) {
-	n.t.Helper()
-	for i := 0; i < count; i++ {
-		if err := n.rt.Lifecycle(context.Background(), fmt.Sprintf("p%d", i), 2); err != nil {
-			n.t.Fatal(err)
-		}
-	}
-}
-
-// check compares the ledger with the issued events and the runtime's stats.
-func (n *node) check() sim.Report {
-	n.t.Helper()
-	rep := n.ledger.Compare(n.rt.Issued(), nil)
-	if !rep.OK() {
-		n.t.Errorf("ledger: %v", rep)
-	}
-	st := n.rt.Stats()
-	if st.FailedCreates != 0 {
-		n.t.Errorf("%d creations failed: %v", st.FailedCreates, st.CreateErrors)
-	}
-	for p, n2 := range st.Timeouts {
-		if n2 != 0 {
-			n.t.Errorf("instance %s dropped: %d timeouts", p, n2)
-		}
-	}
-	return rep
-}
-
-type recorder struct {
-	l            *sim.Ledger
-	instance, vv string
-}
-
-func (r *recorder) Record(event, id string) error {
-	r.l.Record(sim.Event(event), id, r.instance, r.vv)
-	return nil
-}
 
 func TestInvalidConfigurationFailsAtStart(t *testing.T) {
 	root := t.TempDir()
@@ -297,12 +128,7 @@ func TestForgedStampDoesNotMakeThePluginSkip(t *testing.T) {
 // ready, with the reason); newest-instance lets it take over (rollback).
 func TestDowngradePolicy(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
-		n := newNode(t)
-		pol := plugin.WithPolicy(handover.NewestVersion{})
-		v2 := n.start("a-v2", "2.0.0", pol)
-		waitRole(t, v2, plugin.RoleOwner)
-		v1 := n.start("b-v1", "1.0.0", pol)
-		waitRole(t, v1, plugin.RoleStandby)
+		n, _, v1 := refusedStandby(t)
 		ready, why := v1.p.Ready()
 		if ready || !strings.Contains(why, "older than the owner's 2.0.0") {
 			t.Fatalf("standby ready=%v reason %q", ready, why)
@@ -355,22 +181,11 @@ func TestTwoNewcomersAtOnce(t *testing.T) {
 // TestStandbyTakesOverWhenOwnerStops: a standby (refused by policy) takes
 // over when the owner is stopped, under load, without losing an event.
 func TestStandbyTakesOverWhenOwnerStops(t *testing.T) {
-	n := newNode(t)
-	pol := plugin.WithPolicy(handover.NewestVersion{})
-	v2 := n.start("a-v2", "2.0.0", pol)
-	waitRole(t, v2, plugin.RoleOwner)
-	v1 := n.start("b-v1", "1.0.0", pol)
-	waitRole(t, v1, plugin.RoleStandby)
+	n, v2, v1 := refusedStandby(t)
 	// Wait until the owner knows its standby, as the standby's watch says.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for len(v2.p.Status().Watchers) == 0 {
-		select {
-		case <-v2.p.RoleChanged():
-		case <-ctx.Done():
-			t.Fatal("the standby never watched the owner")
-		}
-	}
+	testutil.WaitStatus(t, v2.p, "the standby to watch the owner", func(st *hapi.StatusResponse) bool {
+		return len(st.Watchers) != 0
+	})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); n.lifecycles(40) }()
@@ -408,14 +223,7 @@ func TestContainerStampedByAnotherInstanceIsSkipped(t *testing.T) {
 	a := n.start("a", "2.0.0")
 	waitRole(t, a, plugin.RoleOwner)
 
-	key, err := stamp.LoadOrCreateKey(n.root + "/audit/stamp.key")
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := stamp.NewSigner("audit", key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	signer := n.signer()
 	s, err := stub.New(&intruder{signer: signer}, stub.WithPluginName("audit"), stub.WithPluginIdx("09"),
 		stub.WithSocketPath(n.rt.SocketPath()))
 	if err != nil {

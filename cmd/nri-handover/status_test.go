@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,24 +15,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
+	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 )
 
 // TestMain silences the NRI library and the harness (both log through
 // logrus's standard logger) unless the tests run with -v.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if !testing.Verbose() {
-		logrus.SetOutput(io.Discard)
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { testutil.Main(m) }
 
 // testNode is an in-process runtime and a handover root.
 type testNode struct {
@@ -42,100 +33,50 @@ type testNode struct {
 	root string
 }
 
+// newTestNode starts a runtime and makes a handover root, both gone when
+// the test ends.
 func newTestNode(t *testing.T) *testNode {
 	t.Helper()
-	rt, err := sim.Start(sim.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rt.Stop)
-	// Short path: unix socket paths are limited to 108 bytes.
-	root, err := os.MkdirTemp("", "nhs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	return &testNode{rt: rt, root: root}
+	return &testNode{rt: testutil.StartRuntime(t, sim.Options{}), root: testutil.ShortTempDir(t, "nhs-")}
 }
 
+// nopRecorder is an audit recorder that keeps nothing.
 type nopRecorder struct{}
 
 func (nopRecorder) Record(string, string) error { return nil }
 
 // instance is a harness instance running in the test process.
 type instance struct {
-	p      *plugin.Plugin
-	cancel context.CancelFunc
-	done   chan struct{}
+	p   *plugin.Plugin
+	run *testutil.Running
 }
 
-// start runs an audit plugin instance with the given id and version.
+// start runs an audit plugin instance with the given id and version. It is
+// stopped when the test ends, which fails if Run returned an error.
 func (n *testNode) start(t *testing.T, id, ver string, opts ...plugin.Option) *instance {
 	t.Helper()
-	p, err := plugin.New(&audit.Plugin{Version: ver, Recorder: nopRecorder{}}, append([]plugin.Option{
-		plugin.WithVersion(ver),
-		plugin.WithPluginName("audit"),
-		plugin.WithPluginIdx("10"),
-		plugin.WithSocketPath(n.rt.SocketPath()),
-		plugin.WithHandoverDir(n.root),
-		plugin.WithInstanceID(id),
-		plugin.WithLeaveTimeout(2 * time.Second),
-	}, opts...)...)
+	p, err := plugin.New(&audit.Plugin{Version: ver, Recorder: nopRecorder{}},
+		append(append(testutil.AuditOptions(n.rt, n.root, id, ver), plugin.WithLeaveTimeout(2*time.Second)), opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{p: p, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(in.done)
-		if err := p.Run(ctx); err != nil {
+	in := &instance{p: p, run: testutil.Run(p)}
+	t.Cleanup(func() {
+		if err := in.run.Stop(); err != nil {
 			t.Errorf("%s: Run: %v", id, err)
 		}
-	}()
-	t.Cleanup(in.stop)
+	})
 	return in
 }
 
-// stop cancels the instance (as SIGTERM would) and waits for Run to return.
-func (in *instance) stop() {
-	in.cancel()
-	<-in.done
-}
+// stop cancels the instance (as SIGTERM would) and waits for Run to return;
+// what it returned is checked when the test ends.
+func (in *instance) stop() { _ = in.run.Stop() }
 
-// waitStatus waits on the instance's change notifications until cond holds.
-func waitStatus(t *testing.T, in *instance, what string, cond func(*hapi.StatusResponse) bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
-		ch := in.p.RoleChanged()
-		st := in.p.Status()
-		if cond(st) {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatalf("%s: waiting for %s: role %v, reason %q", in.p.Instance().Id, what, st.Role, st.Reason)
-		}
-	}
-}
-
+// waitRole waits on the instance's change notifications until it has role.
 func waitRole(t *testing.T, in *instance, role plugin.Role) {
 	t.Helper()
-	waitStatus(t, in, "role "+role.String(), func(st *hapi.StatusResponse) bool { return st.Role == role })
-}
-
-// deadSocket leaves the socket file of an instance that died: a unix socket
-// nothing listens on any more.
-func deadSocket(t *testing.T, path string) {
-	t.Helper()
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.SetUnlinkOnClose(false)
-	l.Close()
+	testutil.WaitStatus(t, in.p, "role "+role.String(), func(st *hapi.StatusResponse) bool { return st.Role == role })
 }
 
 // hungSocket is the socket of an instance that accepts connections (the
@@ -157,6 +98,8 @@ func run(cmd func([]string, io.Writer) error, args ...string) (string, int, erro
 	return out.String(), exitCode(err), err
 }
 
+// mustContain checks that s, named what in the error, contains every one
+// of subs.
 func mustContain(t *testing.T, what, s string, subs ...string) {
 	t.Helper()
 	for _, sub := range subs {
@@ -180,11 +123,11 @@ func TestStatusAndProbesOnLiveInstances(t *testing.T) {
 	waitRole(t, c, plugin.RoleOwner)
 	waitRole(t, a, plugin.RoleRetired)
 	// The standby claims again when the owner changes, and is refused again.
-	waitStatus(t, b, "refusal by the new owner", func(st *hapi.StatusResponse) bool {
+	testutil.WaitStatus(t, b.p, "refusal by the new owner", func(st *hapi.StatusResponse) bool {
 		return st.Role == plugin.RoleStandby && strings.Contains(st.Reason, "owner's 3.0.0")
 	})
 	inst := filepath.Join(n.root, "audit", "instances")
-	deadSocket(t, filepath.Join(inst, "d-dead.sock"))
+	testutil.DeadSocket(t, filepath.Join(inst, "d-dead.sock"))
 	hungSocket(t, filepath.Join(inst, "e-hung.sock"))
 
 	out, code, err := run(status, "--dir", n.root, "--timeout", "300ms")
@@ -306,11 +249,7 @@ func TestStatusOwnerGone(t *testing.T) {
 // TestStatusOwnerNotAnswering: owner.sock leads to an instance that accepts
 // connections but never answers (stopped, hung).
 func TestStatusOwnerNotAnswering(t *testing.T) {
-	root, err := os.MkdirTemp("", "nhs-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
+	root := testutil.ShortTempDir(t, "nhs-")
 	inst := filepath.Join(root, "frozen", "instances")
 	if err := os.MkdirAll(inst, 0o700); err != nil {
 		t.Fatal(err)
@@ -376,11 +315,7 @@ func TestStatusErrors(t *testing.T) {
 	})
 	t.Run("unreadable directory", func(t *testing.T) {
 		// A world-traversable parent holding a chmod 000 directory.
-		parent, err := os.MkdirTemp("", "nhs-perm-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(parent)
+		parent := testutil.ShortTempDir(t, "nhs-perm-")
 		if err := os.Chmod(parent, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -556,4 +491,5 @@ func TestProbeSupersededOwner(t *testing.T) {
 	t.Logf("the instance's own Ready() meanwhile: %v (%s)", ready, why)
 }
 
+// regexpMatch reports whether s matches pattern.
 func regexpMatch(s, pattern string) bool { return regexp.MustCompile(pattern).MatchString(s) }

@@ -155,14 +155,8 @@ const switchDelayBound = 500 * time.Millisecond
 // and once it owns the plugin (its readiness) the old one gets SIGTERM.
 func TestUpgradeUnderLoad(t *testing.T) {
 	n := newNode(t)
-	e := n.e
 	const phase = 7 * time.Second
-	cur := n.start(instanceOpts{version: "1.0.0"})
-	cur.mustOwn(t, ownerWithin)
-
-	load := newLoad(e, 3)
-	load.start()
-	defer load.stop()
+	cur, load := n.ownerUnderLoad(instanceOpts{version: "1.0.0"}, 3)
 	time.Sleep(phase)
 
 	var windows []window
@@ -205,9 +199,7 @@ func TestUpgradeUnderLoad(t *testing.T) {
 	loadTime := load.ended.Sub(load.began)
 
 	// No CRI call failed; in particular no container creation.
-	if f := load.failures(); len(f) > 0 {
-		t.Errorf("failed CRI calls:\n%s", summarizeFailures(f))
-	}
+	load.checkNoFailures(t)
 	created := load.count("CreateContainer")
 	t.Logf("load: %d pods, %d containers in %v (%.1f containers/s)", load.pods, created,
 		loadTime.Round(time.Second), float64(created)/loadTime.Seconds())
@@ -215,28 +207,16 @@ func TestUpgradeUnderLoad(t *testing.T) {
 		t.Errorf("load ran %v, want at least 30 s", loadTime)
 	}
 
-	// Every container carried exactly one valid stamp and one env var.
-	stampedBy := checkCreated(t, n.signer(), load.ctrs)
-	t.Logf("containers stamped by version: %s", stampedBy)
-
-	// Every event acted on exactly once, by one instance at a time.
-	ledger := n.readLedger()
-	rep := compareLedger(load.expected(), nil, ledger)
-	t.Logf("ledger: %s", rep)
-	if len(rep.duplicates)+len(rep.missed)+len(rep.unexpected) > 0 {
-		t.Errorf("ledger does not match the calls:\n duplicated %v\n missed %v\n unexpected %v",
-			first(rep.duplicates, 10), first(rep.missed, 10), first(rep.unexpected, 10))
-	}
+	// Every container carried exactly one valid stamp and one env var;
+	// every event acted on exactly once, by one instance at a time.
+	ledger := n.checkExactlyOnce(t, load, nil)
 	if runs := instanceRuns(ledger); !slices.Equal(runs, owners) {
 		t.Errorf("the ledger was written by %v in turn, want each owner once, in order: %v", runs, owners)
 	}
 
 	// Nobody dropped by containerd for slowness. An instance that exited
 	// after SIGTERM may be noticed as closed at the next event.
-	timeouts, closed := n.closedPlugins()
-	if len(timeouts) > 0 {
-		t.Errorf("containerd dropped a plugin instance:\n%s", strings.Join(timeouts, "\n"))
-	}
+	closed := n.checkNoTimeouts(t)
 	if len(closed) > len(windows) {
 		t.Errorf("containerd closed %d plugin connections, more than the %d instances stopped:\n%s",
 			len(closed), len(windows), strings.Join(closed, "\n"))

@@ -32,12 +32,7 @@ const (
 // retires without acting.
 func TestStuckOwner(t *testing.T) {
 	n := newNode(t)
-	e := n.e
-	v1 := n.start(instanceOpts{version: "1.0.0"})
-	v1.mustOwn(t, ownerWithin)
-	load := newLoad(e, 2)
-	load.start()
-	defer load.stop()
+	v1, load := n.ownerUnderLoad(instanceOpts{version: "1.0.0"}, 2)
 	time.Sleep(3 * time.Second)
 
 	// Freeze v1 between two events so that the events are accounted for
@@ -85,17 +80,8 @@ func TestStuckOwner(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	load.stop()
 
-	if f := load.failures(); len(f) > 0 {
-		t.Errorf("failed CRI calls:\n%s", summarizeFailures(f))
-	}
-	t.Logf("containers stamped by version: %s", checkCreated(t, n.signer(), load.ctrs))
-	ledger := n.readLedger()
-	rep := compareLedger(load.expected(), nil, ledger)
-	t.Logf("ledger: %s", rep)
-	if len(rep.duplicates)+len(rep.missed)+len(rep.unexpected) > 0 {
-		t.Errorf("ledger does not match the calls:\n duplicated %v\n missed %v\n unexpected %v",
-			first(rep.duplicates, 10), first(rep.missed, 10), first(rep.unexpected, 10))
-	}
+	load.checkNoFailures(t)
+	ledger := n.checkExactlyOnce(t, load, nil)
 	if runs := instanceRuns(ledger); len(runs) != 2 || runs[0] != v1.id || runs[1] != v2.id {
 		t.Errorf("ledger writers %v, want %s then %s", runs, v1.id, v2.id)
 	}
@@ -118,11 +104,7 @@ func TestContainerdRestartDuringOverlap(t *testing.T) {
 	opts := func(v string) instanceOpts {
 		return instanceOpts{binary: "nri-reconcile", version: v, extra: []string{"-record", recordPath}}
 	}
-	v1 := n.start(opts("1.0.0"))
-	v1.mustOwn(t, ownerWithin)
-	load := newLoad(e, 2)
-	load.start()
-	defer load.stop()
+	v1, load := n.ownerUnderLoad(opts("1.0.0"), 2)
 
 	// Containers that live across the restart.
 	var survivors []string
@@ -198,27 +180,17 @@ func TestContainerdRestartDuringOverlap(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	load.stop()
 
-	if f := load.failures(); len(f) > 0 {
-		t.Errorf("failed CRI calls:\n%s", summarizeFailures(f))
-	}
-	t.Logf("containers stamped by version: %s", checkCreated(t, n.signer(), load.ctrs))
-	ledger := n.readLedger()
+	load.checkNoFailures(t)
 	optional := map[string]bool{}
 	for _, p := range acrossRestart {
 		optional["StopPodSandbox "+p], optional["RemovePodSandbox "+p] = true, true
 	}
-	rep := compareLedger(load.expected(), optional, ledger)
-	t.Logf("ledger: %s; %d pods lived across the restart (containerd sends no stop/remove pod events for them)", rep, len(acrossRestart))
-	if len(rep.duplicates)+len(rep.missed)+len(rep.unexpected) > 0 {
-		t.Errorf("ledger does not match the calls:\n duplicated %v\n missed %v\n unexpected %v",
-			first(rep.duplicates, 10), first(rep.missed, 10), first(rep.unexpected, 10))
-	}
+	t.Logf("%d pods lived across the restart (containerd sends no stop/remove pod events for them)", len(acrossRestart))
+	ledger := n.checkExactlyOnce(t, load, optional)
 	if runs := instanceRuns(ledger); len(runs) != 2 {
 		t.Errorf("ledger writers %v, want v1 then v2", runs)
 	}
-	if timeouts, _ := n.closedPlugins(); len(timeouts) > 0 {
-		t.Errorf("containerd dropped an instance for slowness:\n%s", strings.Join(timeouts, "\n"))
-	}
+	n.checkNoTimeouts(t)
 
 	// What the owners were handed: v1 at its start (no containers yet), v2
 	// at the upgrade (no unstamped container; Reconcile with v1's), v2 after
@@ -266,12 +238,7 @@ func TestContainerdRestartDuringOverlap(t *testing.T) {
 // them rather than excludes them.
 func TestKillMidSwitch(t *testing.T) {
 	n := newNode(t)
-	e := n.e
-	cur := n.start(instanceOpts{version: "1.0.0"})
-	cur.mustOwn(t, ownerWithin)
-	load := newLoad(e, 2)
-	load.start()
-	defer load.stop()
+	cur, load := n.ownerUnderLoad(instanceOpts{version: "1.0.0"}, 2)
 	time.Sleep(2 * time.Second)
 
 	const rounds = 15
@@ -317,9 +284,7 @@ func TestKillMidSwitch(t *testing.T) {
 	time.Sleep(time.Second)
 	load.stop()
 
-	if f := load.failures(); len(f) > 0 {
-		t.Errorf("failed CRI calls:\n%s", summarizeFailures(f))
-	}
+	load.checkNoFailures(t)
 	// A container created in the gap may lack a stamp; none may have two
 	// (the runtime would have rejected it: a failed creation above).
 	unstamped := 0
@@ -362,9 +327,7 @@ func TestKillMidSwitch(t *testing.T) {
 		t.Logf("%d events missed while no instance owned the plugin (allowed), e.g. %v", len(inGap), first(inGap, 4))
 	}
 	t.Logf("worst time without an owner after a kill: %v (bound %v)", worst.Round(time.Millisecond), killRecoveryBound)
-	if timeouts, _ := n.closedPlugins(); len(timeouts) > 0 {
-		t.Errorf("containerd dropped an instance for slowness:\n%s", strings.Join(timeouts, "\n"))
-	}
+	n.checkNoTimeouts(t)
 	t.Logf("latency: %s", load.latency(windows))
 }
 

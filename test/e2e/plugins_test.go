@@ -187,6 +187,20 @@ func (n *node) start(o instanceOpts) *instance {
 	return in
 }
 
+// ownerUnderLoad starts the test's first instance with o, waits until it
+// owns the plugin (within ownerWithin), and starts a load of workers
+// workers. The load is stopped when the test ends, if the test has not
+// stopped it by then.
+func (n *node) ownerUnderLoad(o instanceOpts, workers int) (*instance, *loadGen) {
+	n.t.Helper()
+	in := n.start(o)
+	in.mustOwn(n.t, ownerWithin)
+	load := newLoad(n.e, workers)
+	load.start()
+	n.t.Cleanup(load.stop)
+	return in, load
+}
+
 // startProc starts a helper process in its own process group, logging to
 // logPath, killed if the test process dies.
 func (e *env) startProc(t *testing.T, bin string, args []string, logPath string) *exec.Cmd {
@@ -457,6 +471,44 @@ func checkCreated(t *testing.T, signer *stamp.Signer, ctrs []*created) string {
 	}
 	sort.Strings(parts)
 	return fmt.Sprintf("%d containers (%s)", len(ctrs), strings.Join(parts, ", "))
+}
+
+// checkNoFailures fails the test if any CRI call of the load failed.
+func (l *loadGen) checkNoFailures(t *testing.T) {
+	t.Helper()
+	if f := l.failures(); len(f) > 0 {
+		t.Errorf("failed CRI calls:\n%s", summarizeFailures(f))
+	}
+}
+
+// checkExactlyOnce checks what exactly once means under load: every
+// container the load created carries exactly one valid stamp and env var
+// (the count by stamping version is logged), and the ledger has every event
+// the load's calls caused exactly as often as expected (one in optional may
+// also be absent) and nothing else. It returns the ledger.
+func (n *node) checkExactlyOnce(t *testing.T, load *loadGen, optional map[string]bool) []ledgerEntry {
+	t.Helper()
+	t.Logf("containers stamped by version: %s", checkCreated(t, n.signer(), load.ctrs))
+	ledger := n.readLedger()
+	rep := compareLedger(load.expected(), optional, ledger)
+	t.Logf("ledger: %s", rep)
+	if len(rep.duplicates)+len(rep.missed)+len(rep.unexpected) > 0 {
+		t.Errorf("ledger does not match the calls:\n duplicated %v\n missed %v\n unexpected %v",
+			first(rep.duplicates, 10), first(rep.missed, 10), first(rep.unexpected, 10))
+	}
+	return ledger
+}
+
+// checkNoTimeouts fails the test if containerd dropped a plugin instance
+// for slowness (a request timeout), and returns its other log lines saying
+// it closed a plugin connection.
+func (n *node) checkNoTimeouts(t *testing.T) (closed []string) {
+	t.Helper()
+	timeouts, closed := n.closedPlugins()
+	if len(timeouts) > 0 {
+		t.Errorf("containerd dropped an instance for slowness:\n%s", strings.Join(timeouts, "\n"))
+	}
+	return closed
 }
 
 // instanceRuns lists the instances that wrote the ledger, one entry per
