@@ -112,24 +112,38 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		return nil, nil
 	}
 
+	// Every stamp is verified (a bad one is counted and logged); the lists
+	// are built only for the hooks the author has: with 10,000 containers
+	// they are what the harness holds on to while it synchronizes.
+	syncer, hasSync := p.author.(stub.SynchronizeInterface)
+	r, hasReconcile := p.author.(ReconcileInterface)
+	reconcile := hasReconcile && !wasOwner
 	var fresh []*api.Container
 	var older []*StampedContainer
 	for _, c := range ctrs {
+		if !reconcile {
+			if p.check(c) != nil && hasSync {
+				fresh = append(fresh, c)
+			}
+			continue
+		}
 		st, err := p.verify(c)
 		switch {
 		case err != nil:
-			fresh = append(fresh, c)
+			if hasSync {
+				fresh = append(fresh, c)
+			}
 		case st.Older(p.version):
 			older = append(older, &StampedContainer{Container: c, Stamp: st})
 		}
 	}
 	var updates []*api.ContainerUpdate
-	if h, ok := p.author.(stub.SynchronizeInterface); ok {
-		if updates, err = h.Synchronize(ctx, pods, fresh); err != nil {
+	if hasSync {
+		if updates, err = syncer.Synchronize(ctx, pods, fresh); err != nil {
 			return nil, err
 		}
 	}
-	if r, ok := p.author.(ReconcileInterface); ok && !wasOwner {
+	if reconcile {
 		go func() {
 			<-a.synced // outside the request: Reconcile may update containers
 			if err := r.Reconcile(context.Background(), p, older); err != nil {
@@ -140,16 +154,37 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	return updates, nil
 }
 
+// sign returns the stamp of a container this instance creates.
+func (p *Plugin) sign(id string) (string, error) {
+	if p.stamper == nil {
+		// The version or instance id cannot be stamped: Sign says why.
+		return p.signer.Sign(id, p.version, p.self.Id)
+	}
+	return p.stamper.Sign(id)
+}
+
 // verify returns a container's stamp of this plugin. A forged or malformed
 // stamp is logged, counted and reported as an error, i.e. treated as absent.
 func (p *Plugin) verify(c *api.Container) (stamp.Stamp, error) {
 	st, err := p.signer.Verify(c.GetId(), c.GetAnnotations())
+	p.noteInvalid(c, err)
+	return st, err
+}
+
+// check is verify without the stamp (see stamp.Signer.Check).
+func (p *Plugin) check(c *api.Container) error {
+	err := p.signer.Check(c.GetId(), c.GetAnnotations())
+	p.noteInvalid(c, err)
+	return err
+}
+
+// noteInvalid logs and counts a stamp that did not verify.
+func (p *Plugin) noteInvalid(c *api.Container, err error) {
 	if err != nil && !errors.Is(err, stamp.ErrNoStamp) {
 		p.badStamps.Add(1)
 		p.metrics.badStamps.Inc()
 		p.log.WithError(err).WithField("container", c.GetId()).Warn("ignoring invalid stamp")
 	}
-	return st, err
 }
 
 // gate enters the event section and reports whether this instance acts on
@@ -160,7 +195,7 @@ func (p *Plugin) verify(c *api.Container) (stamp.Stamp, error) {
 // went on to the next plugin when the connection closed). Were this instance
 // to become owner meanwhile, through a newer connection, that late handler
 // would act on an event the previous owner had already handled.
-func (a *adapter) gate(event, id string) bool {
+func (a *adapter) gate(event eventKind, id string) bool {
 	return a.p.actAs(a.enter(), event, id)
 }
 
@@ -175,7 +210,7 @@ func (a *adapter) enter() Role {
 }
 
 // actAs counts the event and reports whether role acts.
-func (p *Plugin) actAs(role Role, event, id string) bool {
+func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 	if role == RoleOwner {
 		p.acted.Add(1)
 		p.metrics.event(event, resultActed)
@@ -186,11 +221,11 @@ func (p *Plugin) actAs(role Role, event, id string) bool {
 }
 
 // skip counts and logs an event this instance does not act on.
-func (p *Plugin) skip(event, id string, role Role) {
+func (p *Plugin) skip(event eventKind, id string, role Role) {
 	p.skipped.Add(1)
 	p.metrics.event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
-		p.log.WithFields(logrus.Fields{"event": event, "object": id, "role": role.String()}).
+		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "role": role.String()}).
 			Debug("skipped: this instance does not own the plugin")
 	}
 }
@@ -202,20 +237,22 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	role := a.enter()
 	defer p.coord.Exit()
 	if role != RoleOwner {
-		p.skip("CreateContainer", c.GetId(), role)
+		p.skip(evCreateContainer, c.GetId(), role)
 		return nil, nil, nil
 	}
 	if st, err := p.verify(c); err == nil {
 		// Another instance of this plugin got here first; a second claim on
 		// the same fields would make the runtime reject the container.
 		p.skippedStamped.Add(1)
-		p.metrics.event("CreateContainer", resultSkippedStamped)
-		p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
-			Debug("skipped: container already stamped")
+		p.metrics.event(evCreateContainer, resultSkippedStamped)
+		if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
+			p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
+				Debug("skipped: container already stamped")
+		}
 		return nil, nil, nil
 	}
 	p.acted.Add(1)
-	p.metrics.event("CreateContainer", resultActed)
+	p.metrics.event(evCreateContainer, resultActed)
 	var (
 		adjust  *api.ContainerAdjustment
 		updates []*api.ContainerUpdate
@@ -226,21 +263,21 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 			return nil, nil, err
 		}
 	}
-	value, err := p.signer.Sign(c.GetId(), p.version, p.self.Id)
+	value, err := p.sign(c.GetId())
 	if err != nil {
 		return nil, nil, err
 	}
 	if adjust == nil {
 		adjust = &api.ContainerAdjustment{}
 	}
-	adjust.AddAnnotation(p.signer.Key(), value)
+	adjust.AddAnnotation(p.stampKey, value)
 	p.stamped.Add(1)
 	return adjust, updates, nil
 }
 
 func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
 	defer a.p.coord.Exit()
-	if !a.gate("UpdateContainer", c.GetId()) {
+	if !a.gate(evUpdateContainer, c.GetId()) {
 		return nil, nil
 	}
 	return a.p.author.(stub.UpdateContainerInterface).UpdateContainer(ctx, pod, c, r)
@@ -248,7 +285,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	defer a.p.coord.Exit()
-	if !a.gate("StopContainer", c.GetId()) {
+	if !a.gate(evStopContainer, c.GetId()) {
 		return nil, nil
 	}
 	return a.p.author.(stub.StopContainerInterface).StopContainer(ctx, pod, c)
@@ -256,7 +293,7 @@ func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api
 
 func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
 	defer a.p.coord.Exit()
-	if !a.gate("UpdatePodSandbox", pod.GetId()) {
+	if !a.gate(evUpdatePodSandbox, pod.GetId()) {
 		return nil
 	}
 	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
@@ -264,7 +301,7 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 
 // event gates an event whose only result is an error; id names the pod or
 // container it is about.
-func (a *adapter) event(event, id string, call func() error) error {
+func (a *adapter) event(event eventKind, id string, call func() error) error {
 	defer a.p.coord.Exit()
 	if !a.gate(event, id) {
 		return nil
@@ -273,55 +310,55 @@ func (a *adapter) event(event, id string, call func() error) error {
 }
 
 func (a *adapter) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event("RunPodSandbox", pod.GetId(), func() error {
+	return a.event(evRunPodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.RunPodInterface).RunPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event("PostUpdatePodSandbox", pod.GetId(), func() error {
+	return a.event(evPostUpdatePodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.PostUpdatePodInterface).PostUpdatePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event("StopPodSandbox", pod.GetId(), func() error {
+	return a.event(evStopPodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.StopPodInterface).StopPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event("RemovePodSandbox", pod.GetId(), func() error {
+	return a.event(evRemovePodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.RemovePodInterface).RemovePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event("StartContainer", c.GetId(), func() error {
+	return a.event(evStartContainer, c.GetId(), func() error {
 		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event("PostCreateContainer", c.GetId(), func() error {
+	return a.event(evPostCreateContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event("PostStartContainer", c.GetId(), func() error {
+	return a.event(evPostStartContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event("PostUpdateContainer", c.GetId(), func() error {
+	return a.event(evPostUpdateContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event("RemoveContainer", c.GetId(), func() error {
+	return a.event(evRemoveContainer, c.GetId(), func() error {
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
 }

@@ -15,19 +15,48 @@ import (
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 )
 
-// Event results counted by the nri_handover_events_total metric.
+// eventKind is an NRI event the harness gates; an index into eventNames
+// and metrics.events, so that counting an event looks nothing up.
+type eventKind int
+
 const (
-	resultActed          = "acted"
-	resultSkipped        = "skipped"         // this instance did not own the plugin
-	resultSkippedStamped = "skipped_stamped" // another instance had stamped the container
+	evRunPodSandbox eventKind = iota
+	evUpdatePodSandbox
+	evPostUpdatePodSandbox
+	evStopPodSandbox
+	evRemovePodSandbox
+	evCreateContainer
+	evPostCreateContainer
+	evStartContainer
+	evPostStartContainer
+	evUpdateContainer
+	evPostUpdateContainer
+	evStopContainer
+	evRemoveContainer
+	numEvents
 )
 
-// eventNames are the NRI events the harness gates, as metric labels.
-var eventNames = []string{
+// eventNames are the events' names, as metric labels and in logs.
+var eventNames = [numEvents]string{
 	"RunPodSandbox", "UpdatePodSandbox", "PostUpdatePodSandbox", "StopPodSandbox", "RemovePodSandbox",
 	"CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
 	"UpdateContainer", "PostUpdateContainer", "StopContainer", "RemoveContainer",
 }
+
+func (e eventKind) String() string { return eventNames[e] }
+
+// eventResult is how an event ended, counted by nri_handover_events_total.
+type eventResult int
+
+const (
+	resultActed          eventResult = iota
+	resultSkipped                    // this instance did not own the plugin
+	resultSkippedStamped             // another instance had stamped the container
+	numResults
+)
+
+// resultNames are the results' metric labels.
+var resultNames = [numResults]string{"acted", "skipped", "skipped_stamped"}
 
 // metrics holds an instance's Prometheus metrics in a registry of its own,
 // so several instances can live in one process (tests, the demo).
@@ -36,8 +65,8 @@ type metrics struct {
 	handovers *prometheus.CounterVec
 	switches  prometheus.Histogram
 	badStamps prometheus.Counter
-	// events[name][result], resolved once so the hot path does no label lookup.
-	events map[string]map[string]prometheus.Counter
+	// events[event][result], resolved once so the hot path does no label lookup.
+	events [numEvents][numResults]prometheus.Counter
 }
 
 func newMetrics(p *Plugin) *metrics {
@@ -57,16 +86,14 @@ func newMetrics(p *Plugin) *metrics {
 			Name: "nri_handover_invalid_stamps_total", ConstLabels: constLabels,
 			Help: "Stamps that did not verify (forged, malformed, other key); treated as absent.",
 		}),
-		events: map[string]map[string]prometheus.Counter{},
 	}
 	events := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nri_handover_events_total", ConstLabels: constLabels,
 		Help: "NRI events seen by this instance, by event and result (acted, skipped, skipped_stamped).",
 	}, []string{"event", "result"})
-	for _, e := range eventNames {
-		m.events[e] = map[string]prometheus.Counter{}
-		for _, r := range []string{resultActed, resultSkipped, resultSkippedStamped} {
-			m.events[e][r] = events.WithLabelValues(e, r)
+	for e, name := range eventNames {
+		for r, result := range resultNames {
+			m.events[e][r] = events.WithLabelValues(name, result)
 		}
 	}
 	roles := []hapi.Role{RoleJoining, RoleOwner, RoleStandby, RoleRetired}
@@ -109,11 +136,7 @@ func (m *metrics) outcome(o handover.Outcome, took time.Duration) {
 	}
 }
 
-func (m *metrics) event(name, result string) {
-	if byResult, ok := m.events[name]; ok {
-		byResult[result].Inc()
-	}
-}
+func (m *metrics) event(e eventKind, r eventResult) { m.events[e][r].Inc() }
 
 // Handler serves /metrics (Prometheus text format), /healthz (200 while the
 // instance runs) and /readyz (200 only while this instance owns the plugin;

@@ -90,7 +90,12 @@ type Plugin struct {
 	dir     *handover.Dir
 	coord   *handover.Coordinator
 	signer  *stamp.Signer
-	log     *logrus.Entry
+	// stamper signs this instance's stamps (nil if its version or id
+	// cannot be stamped: then every CreateContainer fails, as Sign says);
+	// stampKey is the annotation they go under.
+	stamper  *stamp.Stamper
+	stampKey string
+	log      *logrus.Entry
 
 	resync  chan string // a standby should claim again in a new Synchronize
 	metrics *metrics
@@ -165,6 +170,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if pl.signer, err = stamp.NewSigner(c.name, key); err != nil {
 		return nil, err
 	}
+	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
+	pl.stampKey = pl.signer.Key()
 	failpoint, err := failpointFromEnv()
 	if err != nil {
 		return nil, err

@@ -33,7 +33,12 @@ func fuzzSigner(t testing.TB) *Signer {
 // satisfy. It reports whether the value was accepted.
 func checkVerify(t *testing.T, s *Signer, value string) bool {
 	t.Helper()
-	st, err := s.Verify(fuzzContainer, map[string]string{s.Key(): value})
+	ann := map[string]string{s.Key(): value}
+	st, err := s.Verify(fuzzContainer, ann)
+	// Check says what Verify says, without the stamp.
+	if cerr := s.Check(fuzzContainer, ann); (cerr == nil) != (err == nil) || cerr != nil && cerr.Error() != err.Error() {
+		t.Fatalf("Check(%q) = %v, Verify = %v", value, cerr, err)
+	}
 	if err != nil {
 		malformed, forged := errors.Is(err, ErrMalformed), errors.Is(err, ErrForged)
 		if malformed == forged { // exactly one of them, never ErrNoStamp

@@ -30,6 +30,7 @@ import (
 	"hash"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-version"
 )
@@ -64,7 +65,9 @@ const (
 	maxInstanceLen = 128                 // longest instance id
 	fieldSep       = ";"                 // separates value fields
 	numFields      = 4                   // format, version, instance, mac
-	macFieldIndex  = numFields - 1       // position of the MAC field
+
+	maxCachedVersions = 16   // versions of verified stamps kept parsed, per signer
+	maxPooledMsg      = 1024 // longest MAC input buffer kept for reuse
 )
 
 // macEncoding is strict so that each MAC has exactly one accepted encoding.
@@ -118,7 +121,22 @@ func (s Stamp) Older(v *version.Version) bool {
 type Signer struct {
 	plugin string
 	annKey string
-	macs   sync.Pool // of hash.Hash keyed HMACs; hmac instances are not concurrency safe
+	macs   sync.Pool // of *macState; hmac instances are not concurrency safe
+
+	// versions caches the parsed versions of stamps that verified, by their
+	// original string (a handful: the versions deployed on the node), so
+	// that verifying the stamps of a node's containers parses each version
+	// once. Callers get copies: a Version can be overwritten (UnmarshalText).
+	versions  sync.Map // string -> *version.Version
+	nVersions atomic.Int32
+}
+
+// macState is a keyed HMAC with the buffers one MAC computation needs, so
+// that computing a MAC allocates nothing.
+type macState struct {
+	h   hash.Hash
+	msg []byte
+	sum [sha256.Size]byte
 }
 
 // NewSigner validates plugin (as AnnotationKey does) and returns a signer
@@ -129,7 +147,7 @@ func NewSigner(plugin string, key Key) (*Signer, error) {
 		return nil, err
 	}
 	s := &Signer{plugin: plugin, annKey: annKey}
-	s.macs.New = func() any { return hmac.New(sha256.New, key[:]) }
+	s.macs.New = func() any { return &macState{h: hmac.New(sha256.New, key[:])} }
 	return s, nil
 }
 
@@ -143,37 +161,66 @@ func (s *Signer) Key() string { return s.annKey }
 // Verify accepts are rejected.
 func (s *Signer) Sign(containerID string, v *version.Version, instance string) (string, error) {
 	if containerID == "" {
-		return "", errors.New("stamp: empty container id")
+		return "", errEmptyContainer
 	}
+	st, err := s.Stamper(v, instance)
+	if err != nil {
+		return "", err
+	}
+	return st.Sign(containerID)
+}
+
+var errEmptyContainer = errors.New("stamp: empty container id")
+
+// Stamper signs the stamps of one version and instance: it makes the checks
+// of Sign on them once, so that each stamp costs only its MAC. Make one
+// with Signer.Stamper; it is safe for concurrent use.
+type Stamper struct {
+	s        *Signer
+	ver      string // the version's original string
+	instance string
+	prefix   string // "v1;<version>;<instance>;"
+}
+
+// Stamper returns a Stamper for stamps of version v written by instance.
+// It fails, with the error Sign would return, where Sign would fail for
+// every container.
+func (s *Signer) Stamper(v *version.Version, instance string) (*Stamper, error) {
 	if v == nil {
-		return "", errors.New("stamp: nil version")
+		return nil, errors.New("stamp: nil version")
 	}
 	orig := v.Original()
 	if strings.Contains(orig, fieldSep) {
-		return "", fmt.Errorf("stamp: version %q contains %q", orig, fieldSep)
+		return nil, fmt.Errorf("stamp: version %q contains %q", orig, fieldSep)
 	}
 	// Verify re-parses the original string, so it must parse on its own
 	// (e.g. a version built with version.WithPrefix may not).
 	if _, err := ParseVersion(orig); err != nil {
-		return "", fmt.Errorf("stamp: %w", err)
+		return nil, fmt.Errorf("stamp: %w", err)
 	}
 	if err := validateInstance(instance); err != nil {
-		return "", fmt.Errorf("stamp: %w", err)
+		return nil, fmt.Errorf("stamp: %w", err)
 	}
 	n := len(FormatVersion) + len(orig) + len(instance) + macEncodedSize + numFields - 1
 	if n > maxValueLen {
-		return "", fmt.Errorf("stamp: value would be %d bytes, limit is %d", n, maxValueLen)
+		return nil, fmt.Errorf("stamp: value would be %d bytes, limit is %d", n, maxValueLen)
 	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteString(FormatVersion)
-	b.WriteString(fieldSep)
-	b.WriteString(orig)
-	b.WriteString(fieldSep)
-	b.WriteString(instance)
-	b.WriteString(fieldSep)
+	prefix := FormatVersion + fieldSep + orig + fieldSep + instance + fieldSep
+	return &Stamper{s: s, ver: orig, instance: instance, prefix: prefix}, nil
+}
+
+// Sign returns the annotation value for containerID, as Signer.Sign does
+// for the Stamper's version and instance. The container id must be
+// non-empty.
+func (st *Stamper) Sign(containerID string) (string, error) {
+	if containerID == "" {
+		return "", errEmptyContainer
+	}
 	var mac [macSize]byte
-	s.mac(&mac, containerID, orig, instance)
+	st.s.mac(&mac, containerID, st.ver, st.instance)
+	var b strings.Builder
+	b.Grow(len(st.prefix) + macEncodedSize)
+	b.WriteString(st.prefix)
 	var enc [macEncodedSize]byte
 	macEncoding.Encode(enc[:], mac[:])
 	b.Write(enc[:])
@@ -185,6 +232,20 @@ func (s *Signer) Sign(containerID string, v *version.Version, instance string) (
 // absent, an error wrapping ErrMalformed if the value is not a syntactically
 // valid stamp, and an error wrapping ErrForged if the MAC does not match.
 func (s *Signer) Verify(containerID string, annotations map[string]string) (Stamp, error) {
+	return s.verify(containerID, annotations, true)
+}
+
+// Check is Verify without the decoded stamp: it returns the same errors,
+// and nil where Verify returns a stamp. It spares the Version that Verify
+// makes for each stamp, for callers that check many containers and need
+// only to know which carry a valid stamp.
+func (s *Signer) Check(containerID string, annotations map[string]string) error {
+	_, err := s.verify(containerID, annotations, false)
+	return err
+}
+
+// verify implements Verify, and Check if !decode (the Stamp is then zero).
+func (s *Signer) verify(containerID string, annotations map[string]string, decode bool) (Stamp, error) {
 	value, ok := annotations[s.annKey]
 	if !ok {
 		return Stamp{}, ErrNoStamp
@@ -196,19 +257,23 @@ func (s *Signer) Verify(containerID string, annotations map[string]string) (Stam
 	if n := strings.Count(value, fieldSep) + 1; n != numFields {
 		return Stamp{}, s.malformed("%d fields, want %d", n, numFields)
 	}
-	fields := strings.SplitN(value, fieldSep, numFields)
-	if fields[0] != FormatVersion {
-		return Stamp{}, s.malformed("unknown format version %q", fields[0])
+	// Exactly numFields fields: format;version;instance;mac.
+	format, rest, _ := strings.Cut(value, fieldSep)
+	ver, rest, _ := strings.Cut(rest, fieldSep)
+	instance, encMAC, _ := strings.Cut(rest, fieldSep)
+	if format != FormatVersion {
+		return Stamp{}, s.malformed("unknown format version %q", format)
 	}
-	v, err := ParseVersion(fields[1])
-	if err != nil {
-		return Stamp{}, s.malformed("%v", err)
+	v, cached := s.cachedVersion(ver, decode)
+	if !cached {
+		var err error
+		if v, err = ParseVersion(ver); err != nil {
+			return Stamp{}, s.malformed("%v", err)
+		}
 	}
-	instance := fields[2]
 	if err := validateInstance(instance); err != nil {
 		return Stamp{}, s.malformed("%v", err)
 	}
-	encMAC := fields[macFieldIndex]
 	if len(encMAC) != macEncodedSize {
 		return Stamp{}, s.malformed("MAC is %d characters, want %d", len(encMAC), macEncodedSize)
 	}
@@ -218,11 +283,40 @@ func (s *Signer) Verify(containerID string, annotations map[string]string) (Stam
 		return Stamp{}, s.malformed("MAC is not valid base64url")
 	}
 	var want [macSize]byte
-	s.mac(&want, containerID, fields[1], instance)
+	s.mac(&want, containerID, ver, instance)
 	if !hmac.Equal(got[:n], want[:]) {
 		return Stamp{}, fmt.Errorf("%w: %s on container %q", ErrForged, s.annKey, containerID)
 	}
+	if !cached {
+		s.cacheVersion(ver, v)
+	}
+	if !decode {
+		return Stamp{}, nil
+	}
 	return Stamp{Plugin: s.plugin, ContainerID: containerID, Version: v, Instance: instance}, nil
+}
+
+// cachedVersion reports whether the parse of the version string ver is
+// cached and, if want, returns a copy of it.
+func (s *Signer) cachedVersion(ver string, want bool) (*version.Version, bool) {
+	c, ok := s.versions.Load(ver)
+	if !ok || !want {
+		return nil, ok
+	}
+	v := *c.(*version.Version) // its slices are never written to
+	return &v, true
+}
+
+// cacheVersion keeps a copy of v, the parse of ver from a stamp that
+// verified, unless the cache is full.
+func (s *Signer) cacheVersion(ver string, v *version.Version) {
+	if s.nVersions.Load() >= maxCachedVersions {
+		return
+	}
+	c := *v
+	if _, loaded := s.versions.LoadOrStore(ver, &c); !loaded {
+		s.nVersions.Add(1)
+	}
 }
 
 // malformed returns an error wrapping ErrMalformed that names the annotation.
@@ -232,15 +326,25 @@ func (s *Signer) malformed(format string, args ...any) error {
 
 // mac writes the truncated HMAC of the stamp fields into out.
 func (s *Signer) mac(out *[macSize]byte, containerID, ver, instance string) {
-	h := s.macs.Get().(hash.Hash)
-	defer s.macs.Put(h)
-	h.Reset()
+	m := s.macs.Get().(*macState)
 	// Every field but containerID excludes NUL, so the encoding is unambiguous.
-	for _, part := range [...]string{macPrefix, s.plugin, "\x00", containerID, "\x00", ver, "\x00", instance} {
-		h.Write([]byte(part)) // hash.Hash.Write never fails
+	msg := append(m.msg[:0], macPrefix...)
+	msg = append(msg, s.plugin...)
+	msg = append(msg, 0)
+	msg = append(msg, containerID...)
+	msg = append(msg, 0)
+	msg = append(msg, ver...)
+	msg = append(msg, 0)
+	msg = append(msg, instance...)
+	m.h.Reset()
+	m.h.Write(msg) // hash.Hash.Write never fails
+	copy(out[:], m.h.Sum(m.sum[:0]))
+	if cap(msg) <= maxPooledMsg {
+		m.msg = msg
+	} else {
+		m.msg = nil // an unusually long container id: do not keep its buffer
 	}
-	var sum [sha256.Size]byte
-	copy(out[:], h.Sum(sum[:0]))
+	s.macs.Put(m)
 }
 
 // validatePlugin checks a plugin name is a Kubernetes qualified-name segment.

@@ -482,3 +482,132 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// A Stamper signs exactly as Sign does, and fails where Sign fails for
+// every container, with the same error.
+func TestStamperMatchesSign(t *testing.T) {
+	s := newSigner(t, testPlugin, testKey(1))
+	prefixed, err := version.NewVersion("rel;1.0.0", version.WithPrefix("rel;"))
+	if err != nil {
+		t.Fatalf("NewVersion with prefix: %v", err)
+	}
+	cases := []struct {
+		v        *version.Version
+		instance string
+	}{
+		{mustVersion(t, "1.0.0"), "a"},
+		{mustVersion(t, "2.1.0-rc.1+build.5"), "pod-7c9d8f-xk2lp"},
+		{mustVersion(t, "v3.2"), strings.Repeat("i", 128)},
+		{nil, "a"},
+		{&version.Version{}, "a"},
+		{prefixed, "a"},
+		{mustVersion(t, "1.0.0"), ""},
+		{mustVersion(t, "1.0.0"), "a;b"},
+		{mustVersion(t, "1.0.0-"+strings.Repeat("a", 400)), strings.Repeat("a", 128)},
+	}
+	for i, tc := range cases {
+		st, stErr := s.Stamper(tc.v, tc.instance)
+		for _, id := range []string{testContainer, "c", ""} {
+			if stErr != nil && id == "" {
+				continue // Sign checks the container id first
+			}
+			want, wantErr := s.Sign(id, tc.v, tc.instance)
+			got, gotErr := "", stErr
+			if stErr == nil {
+				got, gotErr = st.Sign(id)
+			}
+			if got != want || (gotErr == nil) != (wantErr == nil) ||
+				(gotErr != nil && gotErr.Error() != wantErr.Error()) {
+				t.Errorf("case %d, container %q: Stamper gives %q, %v; Sign gives %q, %v", i, id, got, gotErr, want, wantErr)
+			}
+		}
+	}
+}
+
+// Verify hands out a Version of its own each time, also when it parsed the
+// version string before, and verifies stamps of any number of versions.
+func TestVerifyVersionsAreCopies(t *testing.T) {
+	s := newSigner(t, testPlugin, testKey(1))
+	ann := signed(t, s, testContainer, "1.2.3", "a")
+	first, err := s.Verify(testContainer, ann)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Version.UnmarshalText([]byte("9.9.9")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		again, err := s.Verify(testContainer, ann)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.Version == first.Version || again.Version.Original() != "1.2.3" || again.Version.String() != "1.2.3" {
+			t.Fatalf("Verify after the caller changed an earlier result: version %v (%p, earlier %p)",
+				again.Version, again.Version, first.Version)
+		}
+	}
+	for i := 0; i < 40; i++ { // more versions than the signer keeps parsed
+		ver := "1." + strings.Repeat("0.", i%3) + string(rune('0'+i%10)) + "-r" + strings.Repeat("x", i)
+		for j := 0; j < 2; j++ {
+			st, err := s.Verify(testContainer, signed(t, s, testContainer, ver, "a"))
+			if err != nil || st.Version.Original() != ver || !st.Version.Equal(mustVersion(t, ver)) {
+				t.Fatalf("Verify of a stamp of version %q: %v, %v", ver, st.Version, err)
+			}
+		}
+	}
+	// A forged stamp of a new version fails however often it comes back.
+	forged := signed(t, newSigner(t, testPlugin, testKey(2)), testContainer, "7.0.0", "a")
+	for i := 0; i < 2; i++ {
+		if _, err := s.Verify(testContainer, forged); !errors.Is(err, stamp.ErrForged) {
+			t.Fatalf("Verify(forged) = %v, want ErrForged", err)
+		}
+	}
+}
+
+// BenchmarkStamperSign is the harness's CreateContainer path: the version
+// and instance checked once, a MAC per container.
+func BenchmarkStamperSign(b *testing.B) {
+	s := newSigner(b, testPlugin, testKey(1))
+	st, err := s.Stamper(mustVersion(b, "2.1.0-rc.1+build.5"), "pod-7c9d8f-xk2lp")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := st.Sign(testContainer); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Check returns what Verify returns, without the stamp.
+func TestCheckMatchesVerify(t *testing.T) {
+	s := newSigner(t, testPlugin, testKey(1))
+	good := signed(t, s, testContainer, "1.2.3", "inst-1")[s.Key()]
+	other := signed(t, newSigner(t, testPlugin, testKey(2)), testContainer, "1.2.3", "inst-1")[s.Key()]
+	values := []string{
+		good, other, "", ";;;", "v1;1.2.3;inst-1", "v2" + good[2:], "v1;1.2.x;inst-1;" + good[len(good)-22:],
+		"v1;1.2.3;inst 1;" + good[len(good)-22:], good[:len(good)-1], good[:len(good)-1] + "!",
+		strings.Repeat("a", 600),
+	}
+	for _, ann := range []map[string]string{nil, {"other": good}} {
+		if err := s.Check(testContainer, ann); !errors.Is(err, stamp.ErrNoStamp) {
+			t.Errorf("Check(%v) = %v, want ErrNoStamp", ann, err)
+		}
+	}
+	for _, id := range []string{testContainer, "another"} {
+		for _, v := range values {
+			for i := 0; i < 2; i++ { // the second time with the version parsed before
+				ann := map[string]string{s.Key(): v}
+				_, verr := s.Verify(id, ann)
+				cerr := s.Check(id, ann)
+				if (cerr == nil) != (verr == nil) || cerr != nil && cerr.Error() != verr.Error() {
+					t.Errorf("container %q, value %q: Check = %v, Verify = %v", id, v, cerr, verr)
+				}
+			}
+		}
+	}
+	if err := s.Check(testContainer, map[string]string{s.Key(): good}); err != nil {
+		t.Errorf("Check(good) = %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
@@ -21,11 +22,14 @@ import (
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
+	"github.com/nri-handover/nri-handover/stamp"
 )
 
 func TestMain(m *testing.M) {
 	logrus.SetOutput(io.Discard) // the NRI library logs through logrus
-	os.Exit(m.Run())
+	code := m.Run()
+	cleanupShared()
+	os.Exit(code)
 }
 
 type nopRecorder struct{}
@@ -45,7 +49,37 @@ func startRuntime(b *testing.B) *sim.Runtime {
 // startBare connects the audit plugin on the bare NRI stub.
 func startBare(b *testing.B, rt *sim.Runtime, plugins int) {
 	b.Helper()
-	s, err := stub.New(&audit.Plugin{Version: "1.0.0", Recorder: nopRecorder{}},
+	startStub(b, rt, &audit.Plugin{Version: "1.0.0", Recorder: nopRecorder{}}, plugins)
+}
+
+// annotated is the audit plugin that also adds an annotation of a stamp's
+// key and size to every container it creates, without computing anything:
+// the reference that tells what the stamp costs the runtime and the wire
+// (the annotation rides along in every later event of the container) from
+// what the harness's own code costs.
+type annotated struct{ *audit.Plugin }
+
+// fakeStamp has the length of the stamp the harness writes for version
+// 1.0.0 and instance i1 ("v1;1.0.0;i1;" and a 22-character MAC).
+const fakeStamp = "v1;1.0.0;i1;AAAAAAAAAAAAAAAAAAAAAA"
+
+func (a annotated) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adjust, updates, err := a.Plugin.CreateContainer(ctx, pod, c)
+	if adjust != nil {
+		adjust.AddAnnotation(stamp.AnnotationPrefix+"audit", fakeStamp)
+	}
+	return adjust, updates, err
+}
+
+// startBareAnnotated connects the annotated audit plugin on the bare stub.
+func startBareAnnotated(b *testing.B, rt *sim.Runtime) {
+	b.Helper()
+	startStub(b, rt, annotated{&audit.Plugin{Version: "1.0.0", Recorder: nopRecorder{}}}, 1)
+}
+
+func startStub(b *testing.B, rt *sim.Runtime, p interface{}, plugins int) {
+	b.Helper()
+	s, err := stub.New(p,
 		stub.WithPluginName("audit"), stub.WithPluginIdx("10"), stub.WithSocketPath(rt.SocketPath()))
 	if err != nil {
 		b.Fatal(err)
@@ -132,6 +166,7 @@ var setups = []struct {
 	setup func(b *testing.B, rt *sim.Runtime)
 }{
 	{"bare-stub", func(b *testing.B, rt *sim.Runtime) { startBare(b, rt, 1) }},
+	{"bare-stub-annotated", startBareAnnotated},
 	{"harness", func(b *testing.B, rt *sim.Runtime) {
 		h := newHarness(b, rt)
 		waitRole(b, h.start("1.0.0").p, plugin.RoleOwner)
@@ -200,6 +235,65 @@ func BenchmarkLifecycle(b *testing.B) {
 			b.ReportMetric(float64(events)/float64(b.N), "events/op")
 		})
 	}
+}
+
+// BenchmarkOverhead: the harness against the bare stub, measured in turns.
+// The bare stub, the annotated bare stub and the harness each run on a
+// runtime of their own, all in this process; every op runs one lifecycle
+// (11 events) on each, in an order that rotates from op to op, so that the
+// drift of a shared machine and the garbage collector hit all three alike.
+// ns/op is the sum of the three; the metrics are each one's time per event
+// and the ratios, which are what the target (harness / bare <= 1.05) is
+// about. Sequential sub-benchmarks (BenchmarkLifecycle) are more exposed to
+// load changing between them.
+func BenchmarkOverhead(b *testing.B) {
+	type side struct {
+		name   string
+		rt     *sim.Runtime
+		took   time.Duration
+		events int
+	}
+	var sides []*side
+	for _, s := range setups {
+		if s.name == "harness-2-instances" {
+			continue
+		}
+		rt := startRuntime(b)
+		s.setup(b, rt)
+		sides = append(sides, &side{name: s.name, rt: rt})
+	}
+	ctx := context.Background()
+	for _, s := range sides { // warm up the connections
+		for i := 0; i < 20; i++ {
+			if err := s.rt.Lifecycle(ctx, fmt.Sprintf("warm%d", i), 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	before := make([]int, len(sides))
+	for i, s := range sides {
+		before[i] = s.rt.Stats().Events
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for k := range sides {
+			s := sides[(i+k)%len(sides)]
+			start := time.Now()
+			if err := s.rt.Lifecycle(ctx, fmt.Sprintf("p%d", i), 1); err != nil {
+				b.Fatal(err)
+			}
+			s.took += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	perEvent := map[string]float64{}
+	for i, s := range sides {
+		s.events = s.rt.Stats().Events - before[i]
+		perEvent[s.name] = float64(s.took.Nanoseconds()) / float64(s.events)
+		b.ReportMetric(perEvent[s.name], s.name+"-ns/event")
+	}
+	b.ReportMetric(perEvent["harness"]/perEvent["bare-stub"], "harness/bare")
+	b.ReportMetric(perEvent["harness"]/perEvent["bare-stub-annotated"], "harness/annotated")
 }
 
 // BenchmarkSwitch: one handover per op (start the newcomer, wait until it
