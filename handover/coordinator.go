@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/ttrpc"
@@ -148,6 +149,10 @@ type Coordinator struct {
 	changed      chan struct{} // closed and replaced on every change of the fields above
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
+	// fencedAt is 1 + the owner-name generation at which the name was last
+	// seen to lead to this instance (0: never): while the generation is
+	// unchanged, the name cannot have changed (see superseded).
+	fencedAt atomic.Uint64
 
 	server   *ttrpc.Server
 	listener net.Listener
@@ -296,9 +301,25 @@ const supersededReason = "superseded: the owner name leads to another instance"
 // superseded reports whether the owner name leads to another instance's
 // socket: someone took over while this instance did not answer. A missing
 // name means nobody did (a claimer always publishes one).
+//
+// The generation of the owner name, in memory shared by every instance,
+// changes after every rename of the name; while it is the one at which this
+// instance last saw the name lead to it, no stat is needed. The generation
+// is read before the stat and recorded only if the name led here, so the
+// record is never newer than what was seen.
 func (c *Coordinator) superseded() bool {
+	gen, ok := c.cfg.Dir.ownerGeneration()
+	if ok && c.fencedAt.Load() == gen+1 {
+		return false
+	}
 	id, err := c.cfg.Dir.ownerID()
-	return err == nil && id != c.ownSocket
+	if err != nil || id != c.ownSocket {
+		return err == nil
+	}
+	if ok {
+		c.fencedAt.Store(gen + 1)
+	}
+	return false
 }
 
 // Exit ends the handling of the event begun by Enter.

@@ -211,3 +211,60 @@ func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
 		t.Fatal("Leave reports a handover to a successor that never owned")
 	}
 }
+
+// TestOwnerFenceFollowsTheGeneration: an owner that has verified the owner
+// name skips the stat while the shared generation is unchanged, and sees a
+// publish by another instance at its next event, whether or not it had
+// verified the name before; a closed directory never makes it act wrongly.
+func TestOwnerFenceFollowsTheGeneration(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	gen, ok := a.cfg.Dir.ownerGeneration()
+	if !ok || gen == 0 {
+		t.Fatalf("generation after the first publish: %d, %v", gen, ok)
+	}
+	if got := acting(a.Coordinator); len(got) != 1 {
+		t.Fatalf("a does not act as owner: %v", got)
+	}
+	if a.fencedAt.Load() != gen+1 {
+		t.Fatalf("fence recorded generation %d, want %d", a.fencedAt.Load()-1, gen)
+	}
+
+	// Another instance publishes itself (as a forced takeover does) through
+	// its own Dir handle: a's next event sees it.
+	b := newInstance(t, root, "b", "2.0.0", 2, nil)
+	if err := b.cfg.Dir.publishOwner(b.cfg.Dir.InstanceSocket("b"), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := a.cfg.Dir.ownerGeneration(); g != gen+1 {
+		t.Fatalf("generation seen by a after b published: %d, want %d", g, gen+1)
+	}
+	if got := acting(a.Coordinator); len(got) != 0 {
+		t.Fatalf("a still acts after b published itself: %v", got)
+	}
+	if st := a.Status(); st.Role != api.Role_ROLE_RETIRED || st.Reason != supersededReason {
+		t.Fatalf("a after b published: %v", st)
+	}
+}
+
+// TestClosedDirGeneration: after Close the generation is unavailable (the
+// mapping is gone) rather than a fault.
+func TestClosedDirGeneration(t *testing.T) {
+	d, err := OpenDir(testRoot(t), "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.ownerGeneration(); !ok {
+		t.Fatal("no generation on an open directory")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := d.ownerGeneration(); ok {
+		t.Fatal("generation read after Close")
+	}
+	d.bumpOwnerGeneration() // must not fault
+}

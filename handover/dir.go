@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,6 +27,7 @@ const (
 	lockFileName    = "lock"
 	keyFileName     = "stamp.key"
 	epochFileName   = "epoch"
+	genFileName     = "owner.gen"
 	instanceSuffix  = ".sock"
 	instancesDir    = "instances"
 )
@@ -36,7 +40,16 @@ type Dir struct {
 	path   string
 	plugin string
 	fd     int // the directory, opened O_PATH once: owner checks stat relative to it
+
+	// gen is owner.gen mapped shared: its first 8 bytes count the changes
+	// of the owner name (see ownerGeneration). genMu guards the mapping
+	// against Close (read-locked to use it); nil once closed.
+	genMu sync.RWMutex
+	gen   []byte
 }
+
+// genFileSize is the size of owner.gen: one page, of which 8 bytes are used.
+const genFileSize = 4096
 
 // OpenDir creates (0700) or checks the handover directory of plugin under
 // root. An existing directory that other users can write to, or that is not
@@ -60,16 +73,81 @@ func OpenDir(root, plugin string) (*Dir, error) {
 		return nil, fmt.Errorf("handover directory %s: %w", d.path, err)
 	}
 	d.fd = fd
+	if d.gen, err = mapGeneration(filepath.Join(d.path, genFileName)); err != nil {
+		_ = unix.Close(fd)
+		return nil, fmt.Errorf("handover directory %s: %w", d.path, err)
+	}
 	return d, nil
 }
 
-// Close releases the directory handle. The files are left alone.
+// mapGeneration opens (creating it 0600 if needed) the owner-name
+// generation file and maps it shared, so that a change published by any
+// instance is visible to all without a system call.
+func mapGeneration(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", genFileName, err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", genFileName, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	if st.Size() < genFileSize {
+		// Growing only: a concurrent instance truncating to the same size
+		// changes nothing, and the counter's bytes are never cut off.
+		if err := f.Truncate(genFileSize); err != nil {
+			return nil, fmt.Errorf("size %s: %w", genFileName, err)
+		}
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, genFileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", genFileName, err)
+	}
+	return mem, nil
+}
+
+// ownerGeneration returns the number of times the owner name has been
+// published on this node (by any instance). It changes after every rename
+// of the owner name, so an owner that verified the name at generation g
+// need not look at it again while the generation is still g.
+// ok is false once the Dir is closed.
+func (d *Dir) ownerGeneration() (gen uint64, ok bool) {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil {
+		return 0, false
+	}
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&d.gen[0]))), true
+}
+
+// bumpOwnerGeneration records a change of the owner name; call it after
+// the rename.
+func (d *Dir) bumpOwnerGeneration() {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen != nil {
+		atomic.AddUint64((*uint64)(unsafe.Pointer(&d.gen[0])), 1)
+	}
+}
+
+// Close releases the directory handle and the generation mapping. The
+// files are left alone.
 func (d *Dir) Close() error {
 	if d.fd < 0 {
 		return nil
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
+	d.genMu.Lock()
+	defer d.genMu.Unlock()
+	if d.gen != nil {
+		err = errors.Join(err, unix.Munmap(d.gen))
+		d.gen = nil
+	}
 	return err
 }
 
@@ -209,6 +287,7 @@ func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("publish owner socket: %w", err)
 	}
+	d.bumpOwnerGeneration()
 	return nil
 }
 
