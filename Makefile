@@ -35,10 +35,14 @@ lint: vet proto-check
 
 ## bench: Go benchmarks (test/bench and the packages' own); compare runs with benchstat.
 # The memory benchmarks start an instance against 10,000 containers per op:
-# they run once per count (-benchtime 1x), after the others.
+# they run once per count (-benchtime 1x), after the others. A storm op is a
+# whole rollout of 3,000 events: STORMTIME ops per count.
 BENCH_MEMORY := ^Benchmark(Memory|RSS)$$
+BENCH_STORM  := ^BenchmarkStorm$$
+STORMTIME    ?= 5x
 bench:
-	$(GO) test -run '^$$' -bench . -skip '$(BENCH_MEMORY)' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) $(PKGS) | tee bench.out
+	$(GO) test -run '^$$' -bench . -skip '$(BENCH_MEMORY)|$(BENCH_STORM)' -benchmem -count $(BENCHCOUNT) -benchtime $(BENCHTIME) $(PKGS) | tee bench.out
+	$(GO) test -run '^$$' -bench '$(BENCH_STORM)' -benchmem -count $(BENCHCOUNT) -benchtime $(STORMTIME) ./test/bench | tee -a bench.out
 	$(GO) test -run '^$$' -bench '$(BENCH_MEMORY)' -benchmem -count $(BENCHCOUNT) -benchtime 1x ./test/bench | tee -a bench.out
 	@echo "results in bench.out; compare two runs with: go run golang.org/x/perf/cmd/benchstat@latest old.out bench.out"
 
