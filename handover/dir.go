@@ -267,6 +267,10 @@ func (d *Dir) Lock(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
+// publishSeq numbers this process's writes of shared names (publishOwner,
+// writeEpoch), so that each uses a temporary name of its own.
+var publishSeq atomic.Uint64
+
 // publishOwner makes instanceSocket reachable under the owner socket name.
 // The name is swapped atomically (link to a temporary name, then rename), so
 // a client dialing the owner socket always finds one of the two owners and
@@ -274,7 +278,9 @@ func (d *Dir) Lock(ctx context.Context) (unlock func(), err error) {
 // deadline is checked right before the swap: past it, nothing changes and
 // the error wraps errClaimDeadline. Call with the lock.
 func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
-	tmp := d.OwnerSocket() + ".tmp-" + strconv.Itoa(os.Getpid())
+	// A name of this call's own: instances in one process (tests, the demo)
+	// may publish at the same time.
+	tmp := fmt.Sprintf("%s.tmp-%d-%d", d.OwnerSocket(), os.Getpid(), publishSeq.Add(1))
 	_ = os.Remove(tmp)
 	if err := os.Link(instanceSocket, tmp); err != nil {
 		return fmt.Errorf("publish owner socket: %w", err)
@@ -310,11 +316,12 @@ func (d *Dir) readEpoch() (uint64, error) {
 // writeEpoch records epoch atomically. Call with the lock.
 func (d *Dir) writeEpoch(epoch uint64) error {
 	path := filepath.Join(d.path, epochFileName)
-	tmp := path + ".tmp"
+	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), publishSeq.Add(1))
 	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(epoch, 10)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write epoch: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write epoch: %w", err)
 	}
 	return nil

@@ -135,6 +135,7 @@ func newFuzzNode(tb testing.TB) *fuzzNode {
 func (n *fuzzNode) close() {
 	n.a.Close()
 	n.r.Close()
+	n.a.cfg.Dir.Close() // shared by both
 	os.RemoveAll(n.root)
 }
 
@@ -294,12 +295,17 @@ func FuzzHandoverMessages(f *testing.F) {
 			// The taker never claims: its id leads to no socket, or to a
 			// live instance that did not ask (the retired r: B6). Either way
 			// the old owner takes ownership back, at once.
-			ok := n.waitOwner(2 * time.Second)
-			if tk.Id == n.r.self.Id {
-				rebuild()
-			}
-			if !ok {
+			if !n.waitOwner(2 * time.Second) {
 				t.Fatalf("no owner after a yield to %v, which never claimed: a is %v", tk, n.a.Status())
+			}
+			if tk.Id == n.r.self.Id {
+				// r took the yield for a stale one and stopped watching a:
+				// start the next input from a fresh node.
+				if owners := n.owners(); len(owners) != 1 || owners[0] != "a" {
+					t.Fatalf("owners %v after a yield to r, want exactly a", owners)
+				}
+				rebuild()
+				return
 			}
 		case 2:
 			var req api.WatchRequest
@@ -307,8 +313,8 @@ func FuzzHandoverMessages(f *testing.F) {
 			raw := &api.WatchRequest{}
 			raw.ProtoReflect().SetUnknown(protoreflect.RawFields(data))
 			// Only a watch of the owner's current epoch waits (for a change);
-			// any other answers at once.
-			waits := perr == nil && req.Epoch == before.Epoch && before.Role == api.Role_ROLE_OWNER
+			// any other, and one until_settled, answers at once.
+			waits := perr == nil && req.Epoch == before.Epoch && before.Role == api.Role_ROLE_OWNER && !req.UntilSettled
 			wait := 5 * time.Second
 			if waits {
 				wait = 20 * time.Millisecond
