@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +25,6 @@ const (
 	ownerSocketName = "owner.sock"
 	lockFileName    = "lock"
 	keyFileName     = "stamp.key"
-	epochFileName   = "epoch"
 	genFileName     = "owner.gen"
 	instanceSuffix  = ".sock"
 	instancesDir    = "instances"
@@ -41,14 +39,14 @@ type Dir struct {
 	plugin string
 	fd     int // the directory, opened O_PATH once: owner checks stat relative to it
 
-	// gen is owner.gen mapped shared: its first 8 bytes count the changes
-	// of the owner name (see ownerGeneration). genMu guards the mapping
+	// gen is owner.gen mapped shared: the changes of the owner name (see
+	// ownerGeneration) and the last epoch (readEpoch) as 64-bit counters. genMu guards the mapping
 	// against Close (read-locked to use it); nil once closed.
 	genMu sync.RWMutex
 	gen   []byte
 }
 
-// genFileSize is the size of owner.gen: one page, of which 8 bytes are used.
+// genFileSize is the size of owner.gen: one page, of which 16 bytes are used.
 const genFileSize = 4096
 
 // OpenDir creates (0700) or checks the handover directory of plugin under
@@ -121,7 +119,7 @@ func (d *Dir) ownerGeneration() (gen uint64, ok bool) {
 	if d.gen == nil {
 		return 0, false
 	}
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&d.gen[0]))), true
+	return atomic.LoadUint64(d.word(genOffset)), true
 }
 
 // bumpOwnerGeneration records a change of the owner name; call it after
@@ -130,7 +128,7 @@ func (d *Dir) bumpOwnerGeneration() {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
 	if d.gen != nil {
-		atomic.AddUint64((*uint64)(unsafe.Pointer(&d.gen[0])), 1)
+		atomic.AddUint64(d.word(genOffset), 1)
 	}
 }
 
@@ -267,8 +265,8 @@ func (d *Dir) Lock(ctx context.Context) (unlock func(), err error) {
 	}
 }
 
-// publishSeq numbers this process's writes of shared names (publishOwner,
-// writeEpoch), so that each uses a temporary name of its own.
+// publishSeq numbers this process's publishes of the owner name, so that
+// each uses a temporary name of its own.
 var publishSeq atomic.Uint64
 
 // publishOwner makes instanceSocket reachable under the owner socket name.
@@ -297,34 +295,43 @@ func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
 	return nil
 }
 
-// readEpoch returns the last epoch recorded on this node (0 if none).
-func (d *Dir) readEpoch() (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(d.path, epochFileName))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read epoch: %w", err)
-	}
-	e, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("read epoch %s: %w", filepath.Join(d.path, epochFileName), err)
-	}
-	return e, nil
+// Offsets of the counters in owner.gen.
+const (
+	genOffset   = 0 // changes of the owner name
+	epochOffset = 8 // the last epoch any owner recorded
+)
+
+// word returns the counter at off in the shared page; call with genMu
+// read-locked and gen non-nil.
+func (d *Dir) word(off int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&d.gen[off]))
 }
 
-// writeEpoch records epoch atomically. Call with the lock.
+// readEpoch returns the last epoch recorded on this node (0 if none).
+func (d *Dir) readEpoch() (uint64, error) {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil {
+		return 0, errors.New("read epoch: handover directory closed")
+	}
+	return atomic.LoadUint64(d.word(epochOffset)), nil
+}
+
+// writeEpoch records epoch as the last one, unless a later one is on
+// record already: epochs only grow.
 func (d *Dir) writeEpoch(epoch uint64) error {
-	path := filepath.Join(d.path, epochFileName)
-	tmp := fmt.Sprintf("%s.tmp-%d-%d", path, os.Getpid(), publishSeq.Add(1))
-	if err := os.WriteFile(tmp, []byte(strconv.FormatUint(epoch, 10)+"\n"), 0o600); err != nil {
-		return fmt.Errorf("write epoch: %w", err)
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil {
+		return errors.New("write epoch: handover directory closed")
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write epoch: %w", err)
+	w := d.word(epochOffset)
+	for {
+		last := atomic.LoadUint64(w)
+		if last >= epoch || atomic.CompareAndSwapUint64(w, last, epoch) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // fileID identifies a file: its device and inode numbers.

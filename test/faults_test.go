@@ -16,6 +16,7 @@ package test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -635,11 +636,19 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	if err := os.Link(crashed, dir.OwnerSocket()+".tmp-999999"); err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range map[string]string{"epoch": "7\n", "lock": ""} {
-		if err := os.WriteFile(filepath.Join(dir.Path(), name), []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(dir.Path(), "lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
+	// The crashed owner's epoch, 7, in owner.gen (little-endian 64-bit
+	// counter at offset 8; OpenDir above created the file).
+	gen, err := os.OpenFile(filepath.Join(dir.Path(), "owner.gen"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gen.WriteAt(binary.LittleEndian.AppendUint64(nil, 7), 8); err != nil {
+		t.Fatal(err)
+	}
+	gen.Close()
 
 	a := n.start("a", "1.0.0")
 	waitRole(t, a, plugin.RoleOwner)
