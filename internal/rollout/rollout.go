@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("rollout: start runtime: %w", err)
 	}
 	defer rt.Stop()
-	root, err := os.MkdirTemp("", "nho-")
+	root, err := os.MkdirTemp(HandoverTempBase(), "nho-")
 	if err != nil {
 		return nil, fmt.Errorf("rollout: handover dir: %w", err)
 	}
@@ -421,4 +422,16 @@ func (l *ledgerRecorder) Record(event, id string) error {
 	}
 	l.l.Record(sim.Event(event), id, l.instance, l.version)
 	return nil
+}
+
+// HandoverTempBase is where temporary handover directories go: /dev/shm,
+// a tmpfs, where it is usable (on a node the handover directory is under
+// /var/run, a tmpfs as well, so claims cost what they cost there), else
+// the default temporary directory.
+func HandoverTempBase() string {
+	const shm = "/dev/shm"
+	if st, err := os.Stat(shm); err == nil && st.IsDir() && unix.Access(shm, unix.W_OK) == nil {
+		return shm
+	}
+	return ""
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/internal/rollout"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
@@ -111,7 +112,7 @@ func buildWorld(n int) (*world, error) {
 		return nil, err
 	}
 	// A short path: unix socket paths are limited to 108 bytes.
-	root, err := os.MkdirTemp("", "nhm-")
+	root, err := os.MkdirTemp(rollout.HandoverTempBase(), "nhm-")
 	if err != nil {
 		rt.Stop()
 		return nil, err
