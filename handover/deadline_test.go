@@ -65,6 +65,22 @@ func claimAsIfSynchronizing(t *testing.T, c *Coordinator) <-chan claimReturn {
 	return done
 }
 
+// hungTakeover starts owner a and newcomer b, runs b's claim as inside a
+// Synchronize, and returns once that claim hangs at step.
+func hungTakeover(t *testing.T, step Step) (root string, a *testInstance, b *Coordinator,
+	release chan struct{}, done <-chan claimReturn) {
+	t.Helper()
+	root = testRoot(t)
+	a = newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	b, hung, release := newHangingInstance(t, root, "b", 2, step)
+	done = claimAsIfSynchronizing(t, b)
+	<-hung
+	return root, a, b, release, done
+}
+
 // acting reports which of the coordinators would act on an event now.
 func acting(cs ...*Coordinator) []string {
 	var ids []string
@@ -113,14 +129,7 @@ func TestYieldAfterClaimDeadlineRefused(t *testing.T) {
 // newcomer's claim deadline, without the lock. Woken up, the newcomer
 // publishes nothing, ends standby, and only the old owner acts.
 func TestHungTakerIsTakenBackFrom(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
-	b, hung, release := newHangingInstance(t, root, "b", 2, StepYieldAnswered)
-	done := claimAsIfSynchronizing(t, b)
-	<-hung
+	root, a, b, release, done := hungTakeover(t, StepYieldAnswered)
 	if st := a.Status(); st.Role != api.Role_ROLE_RETIRED {
 		t.Fatalf("a yielded, is %v", st.Role)
 	}
@@ -151,14 +160,7 @@ func TestHungTakerIsTakenBackFrom(t *testing.T) {
 // name leads to the old owner again: its first event retires it, so only
 // one instance ever acts.
 func TestLateTakerPublishIsFenced(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
-	b, hung, release := newHangingInstance(t, root, "b", 2, StepPublished)
-	done := claimAsIfSynchronizing(t, b)
-	<-hung
+	root, a, b, release, done := hungTakeover(t, StepPublished)
 	if id := ownerID(t, root); id != "b" {
 		t.Fatalf("owner name leads to %q at b's published step", id)
 	}
