@@ -1016,14 +1016,22 @@ func (c *Coordinator) takeBack(why string, overdue bool) {
 	if c.currentRole() != api.Role_ROLE_RETIRED {
 		return
 	}
-	if _, err := c.becomeOwner(nil, 0, "took ownership back: "+why, start, time.Time{}); err != nil {
+	if err := c.ownOutsideFence("took ownership back: "+why, OutcomeTookBack, start); err != nil {
 		c.log.WithError(err).Warn("take-back failed")
-		return
 	}
-	c.report(OutcomeTookBack, start)
+}
+
+// ownOutsideFence makes this instance owner outside a Synchronize (a
+// promotion or a take-back), reports the outcome and tells the harness.
+func (c *Coordinator) ownOutsideFence(reason string, o Outcome, start time.Time) error {
+	if _, err := c.becomeOwner(nil, 0, reason, start, time.Time{}); err != nil {
+		return err
+	}
+	c.report(o, start)
 	if c.cfg.OnPromoted != nil {
 		c.cfg.OnPromoted(c.Status().Epoch)
 	}
+	return nil
 }
 
 // watchUntilGone watches the instance behind cl. It returns true when that
@@ -1077,17 +1085,9 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 	case c.ownerAlive(ctx):
 		return ownedElsewhere
 	}
-	start := time.Now()
-	if _, err := c.becomeOwner(nil, 0, "promoted: "+why, start, time.Time{}); err != nil {
+	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, time.Now()); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return undecided
-	}
-	c.report(OutcomePromoted, start)
-	c.mu.Lock()
-	epoch := c.epoch
-	c.mu.Unlock()
-	if c.cfg.OnPromoted != nil {
-		c.cfg.OnPromoted(epoch)
 	}
 	return promoted
 }
