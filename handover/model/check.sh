@@ -6,10 +6,11 @@
 #                       below (must report no violation), and the deliberately
 #                       broken variants (each must report one); ends with
 #                       "model: N passed, M failed" and fails if M > 0.
-#   check.sh findings   the properties the implementation does NOT have
-#                       (docs/model.md, "Findings"): each run must report a
-#                       violation; counterexamples are written to
-#                       $MODEL_TRAILS (default: a temporary directory).
+#   check.sh findings   the findings of docs/model.md: each run of one that
+#                       is still there must report a violation of the
+#                       expected assertion, each run of a fixed one must
+#                       hold; counterexamples are written to $MODEL_TRAILS
+#                       (default: a temporary directory).
 #
 # Needs spin and a C compiler; installs them with apt-get when run as root.
 set -euo pipefail
@@ -48,7 +49,7 @@ verify() {
 		# shellcheck disable=SC2086
 		spin $defs -a handover.pml >spin.out 2>&1 || { cat spin.out; exit 1; }
 		# -DSAFETY: safety properties only (assertions); VECTORSZ: the state
-		# vector is about 300-420 bytes.
+		# vector is about 330-460 bytes.
 		# shellcheck disable=SC2086
 		gcc -O2 -DSAFETY -DVECTORSZ=2048 $cflags -o pan pan.c >gcc.out 2>&1 || { cat gcc.out; exit 1; }
 		# -E: a crashed instance's processes stop wherever they are, so
@@ -69,7 +70,7 @@ summary() {
 	echo "${states:-?} states stored, depth ${depth:-?}, errors ${errors:-?}, ${secs:-?} s"
 }
 errors_of() { field "$1" 's/.*errors: \([0-9]*\).*/\1/p'; }
-complete() { [[ -f $work/$1/pan.out ]] && ! grep -q "max search depth too small" "$work/$1/pan.out"; }
+complete() { [[ -f $work/$1/pan.out ]] && ! grep -qE "max search depth too small|out of memory" "$work/$1/pan.out"; }
 violation() { field "$1" 's/^pan:1: \(.*\) (at depth [0-9]*)$/\1/p'; }
 
 passed=0
@@ -90,11 +91,12 @@ expect_clean() {
 	return 1
 }
 
-# expect_violation NAME: the run must report an assertion violation.
+# expect_violation NAME WHAT [TEXT]: the run must report an assertion
+# violation (of the assertion containing TEXT, if given).
 expect_violation() {
-	local name=$1 what=$2 e
+	local name=$1 what=$2 pattern=${3:-} e
 	e=$(errors_of "$name")
-	if [[ -n $e && $e != 0 ]]; then
+	if [[ -n $e && $e != 0 ]] && [[ -z $pattern || $(violation "$name") == *"$pattern"* ]]; then
 		echo "  ok   $name ($what): $(summary "$name")"
 		echo "       caught: $(violation "$name")"
 		if [[ -n ${MODEL_TRAILS:-} ]]; then
@@ -104,63 +106,88 @@ expect_violation() {
 		fi
 		return 0
 	fi
-	echo "  FAIL $name ($what): no violation found: $(summary "$name")"
+	echo "  FAIL $name ($what): no violation${pattern:+ of the assertion with '$pattern'} found: $(summary "$name")"
+	[[ -n $e && $e != 0 ]] && echo "       $(violation "$name")"
 	return 1
 }
 
 start=$(date +%s)
 echo "model: $(spin -V 2>&1 | head -1)"
 
+# Run "name|spin -D flags|gcc flags|hash bits|..." entries, as many at a time
+# as there are cores, in the order given (the longest first).
+run_all() {
+	local jobs r name defs cflags w
+	jobs=$(nproc 2>/dev/null || echo 2)
+	for r in "$@"; do
+		IFS='|' read -r name defs cflags w _ <<<"$r"
+		while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+		verify "$name" "$defs" "$cflags" "$w" &
+	done
+	wait || true
+}
+
 if [[ $mode == findings ]]; then
 	export MODEL_TRAILS=${MODEL_TRAILS:-$work/trails}
 	[[ $MODEL_TRAILS == "$work/trails" ]] && echo "model: counterexamples are kept only for this run; set MODEL_TRAILS=DIR to keep them"
-	small="-DNI=2 -DNEV=4 -DMAXFAULT=1"
-	three="-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DFAULTMASK=4"
+	# name|spin -D flags|gcc flags|hash bits|expect|assertion|description
+	# expect "violation": still reproduced, the counterexample must violate
+	# the assertion containing the given text; "holds": fixed, the run must
+	# find no violation.
 	declare -a runs=(
-		"F1-strict-at-most-once|$small -DSTRICT_AT_MOST_ONCE|an event acted on twice around a crash"
-		"F2-recovery|$three -DNO_STOP -DCHECK_RECOVERY|no owner for good: a stale Yield retires the owner that took back"
-		"F4-stalled-claim|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP|a stalled claim publishes after its Synchronize was dropped"
-		"F5-sync-role|$small -DFAULT_DROP -DNO_I2 -DCHECK_SYNC_ROLE|Synchronize runs the author's handler on a superseded owner"
-		"F6a-act-after-leave|$small -DSTOP_DURING_CLAIM -DCHECK_LEAVE|a claim in flight makes a stopped instance owner after Leave"
-		"F6b-stop-during-claim|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=2 -DSTOP_DURING_CLAIM|a claim in flight publishes outside the fence after Leave"
+		"F2-recovery|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=0 -DCHECK_RECOVERY|-DCOLLAPSE|25|holds||fixed: ownership comes back after a crash of the 2nd newcomer (a stale Yield is refused past its deadline)"
+		"F9-late-owner|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=1 -DOWNER_LATE|-DCOLLAPSE|24|violation|promotedMid|a late take-back repeats an event after the owner yielded mid-event to a crashed taker"
+		"F4-publish-window|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP -DNO_CRASH -DNO_STOP -DMAXOVERRUN=0 -DPUBLISH_WINDOW|-DCOLLAPSE|24|violation|promotedMid|a stall between the deadline check and the rename publishes after the drop"
+		"F8-takeback-race|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DTAKEBACK_RACE||24|violation|promotedMid|a take-back without the lock, decided against an overdue claim, lands after the taker owns"
+		"F8b-takeback-no-owner|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DTAKEBACK_RACE -DCHECK_RECOVERY -DNO_I2 -DNO_I3||24|violation|inchain[0]|... and can leave both instances retired for good"
+		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DCHECK_OVERRUN||24|violation|lossy|a taker that overruns its deadline returns while its owner has not taken back"
+		"F1-strict-at-most-once|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTRICT_AT_MOST_ONCE||24|violation|actedBy==0|an event acted on twice around a crash"
+		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DCHECK_SYNC_ROLE||24|violation|role[me]!=|Synchronize runs the author's handler on a superseded owner (busy claim lock)"
+		"F6b-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTOP_DURING_CLAIM||24|violation|lossy|a newcomer stopped during its claim: events missed until the old owner takes back"
 	)
-	ok=0 bad=0
+	run_all "${runs[@]}"
+	ok=0 bad=0 fixed=0
 	for r in "${runs[@]}"; do
-		IFS='|' read -r name defs what <<<"$r"
-		verify "$name" "$defs" "" 24 || true
-		if expect_violation "$name" "$what"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+		IFS='|' read -r name _ _ _ expect pattern what <<<"$r"
+		if [[ $expect == holds ]]; then
+			if expect_clean "$name" "$what"; then fixed=$((fixed + 1)); else bad=$((bad + 1)); fi
+		elif expect_violation "$name" "$what" "$pattern"; then
+			ok=$((ok + 1))
+		else
+			bad=$((bad + 1))
+		fi
 	done
-	echo "model findings: $ok reproduced, $bad not reproduced ($(($(date +%s) - start)) s)"
+	echo "model findings: $ok reproduced, $fixed fixed (hold), $bad unexpected ($(($(date +%s) - start)) s)"
 	((bad == 0))
 	exit
 fi
 
 # ---- the runs ------------------------------------------------------------
 # name|spin -D flags|gcc flags|hash bits|description
-# c4 (three instances, one fault, no resync) is split by the instance the
-# fault hits (FAULTMASK): together its runs cover exactly what one run would.
-# c3 adds resyncs and reconnections for a crash of the second newcomer.
+# c4 (three instances, one crash or stop, no overrun) is split by the
+# instance the fault hits (FAULTMASK) and, for the 2nd newcomer, by the kind
+# of fault: together its runs cover what one run would. The o* runs add a
+# claim that overruns its deadline, d1 the stall-and-drop fault, f6a a stop
+# racing with the instance's own claim.
+all="-DCHECK_LEAVE"
 correct=(
-	"c4-fault-on-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=4|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 2nd newcomer"
-	"c3-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DNO_STOP -DFAULTMASK=4|-DCOLLAPSE|25|3 instances, 1 event, a crash of the 2nd newcomer, resyncs"
-	"c4-fault-on-1|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=2|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 1st newcomer"
-	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=1|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
-	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5||24|2 instances, 4 events, 2 faults"
-	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0||24|3 instances, 3 events, no fault"
+	"c4-stop-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=4 -DNO_CRASH $all|-DCOLLAPSE|25|3 instances, 1 event, a stop of the 2nd newcomer"
+	"c4-fault-on-1|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=2 $all|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 1st newcomer"
+	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=1 $all|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
+	"c4-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=4 -DNO_STOP $all|-DCOLLAPSE|24|3 instances, 1 event, a crash of the 2nd newcomer"
+	"o1-overrun-fault|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=2 -DMAXOVERRUN=1 $all|-DCOLLAPSE|24|2 instances, 1 event, a claim overrun and a crash or stop"
+	"d1-drop|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULT_DROP -DNO_CRASH -DNO_STOP $all|-DCOLLAPSE|24|2 instances, 1 event, a stall past the runtime's timeout (drop)"
+	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0 -DMAXOVERRUN=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|3 instances, 3 events, no fault"
+	"o2-overrun|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, a claim overrun"
+	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5 -DMAXOVERRUN=0 $all|-DCOLLAPSE|24|2 instances, 4 events, 2 faults"
+	"f6a-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTOP_DURING_CLAIM -DNO_I3 $all||24|2 instances, a stop racing with the own claim: nothing acts after Leave"
 )
 broken=(
-	"b1-unfenced-claim|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_UNFENCED_CLAIM||22|claim outside the Synchronize fence"
-	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
+	"b1-unfenced-claim|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DBROKEN_UNFENCED_CLAIM||22|claim outside the Synchronize fence"
+	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
 )
 
-# Run them all, as many at a time as there are cores (the longest first).
-jobs=$(nproc 2>/dev/null || echo 2)
-for r in "${correct[@]}" "${broken[@]}"; do
-	IFS='|' read -r name defs cflags w _ <<<"$r"
-	while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-	verify "$name" "$defs" "$cflags" "$w" &
-done
-wait || true
+run_all "${correct[@]}" "${broken[@]}"
 
 echo "model: correct model (exhaustive; must hold)"
 ok=1

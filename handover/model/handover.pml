@@ -2,13 +2,18 @@
  * Promela model of the nri-handover protocol as implemented (issue 7).
  *
  * Every step names the Go code it stands for:
- *   handover/coordinator.go  Claim/claim, askToYield, becomeOwner,
+ *   handover/coordinator.go  Claim/claim (one deadline for the whole claim),
+ *                            giveUpClaim, askToYield, becomeOwner,
  *                            ensurePublished, takeBackIfOrphaned, ownerAlive,
- *                            demote, yield (+ superseded), Enter, watch,
- *                            watchOwner, watchSuccessor, watchUntilGone,
- *                            promoteIfOrphaned, Leave, Close
+ *                            demote, setRole, yield (+ superseded, the claim
+ *                            deadline), Enter, watch (until_settled),
+ *                            watchOwner, watchSuccessor, awaitClaim,
+ *                            takeBack, watchUntilGone, promoteIfOrphaned,
+ *                            Leave (+ pending, left), Close
  *   handover/dir.go          Dir.Lock (flock on <dir>/lock), Dir.publishOwner
- *                            (link + rename of owner.sock), statID (Enter)
+ *                            (link, deadline check, rename of owner.sock,
+ *                            bumpOwnerGeneration), ownerGeneration and
+ *                            statID (Enter, superseded)
  *   handover/policy.go       NewestInstance.Allow
  *   plugin/adapter.go        adapter.Synchronize (calls Claim), adapter.gate /
  *                            enter (every event handler: Enter, act as owner)
@@ -26,12 +31,19 @@
  * Run it with `make model` (handover/model/check.sh); docs/model.md explains
  * what is covered, the invariants, the bounds and the findings.
  *
- * Bounds (check.sh runs these configurations, each exhaustively):
+ * Bounds (check.sh runs these configurations, each exhaustively; the exact
+ * flags are in check.sh):
+ *   c4  NI=3 NEV=1 MAXFAULT=1 MAXSYNC=3   old owner + two newcomers, a crash or
+ *                                         a stop, no overrun; run as four jobs
+ *                                         by the instance the fault hits
+ *                                         (FAULTMASK) and, for the 2nd
+ *                                         newcomer, by the kind of fault
  *   c1  NI=2 NEV=4 MAXFAULT=2 MAXSYNC=5   old owner + newcomer, two faults
  *   c2  NI=3 NEV=3 MAXFAULT=0             old owner + two newcomers
- *   c3  NI=3 NEV=1 MAXFAULT=1 MAXSYNC=4   old owner + two newcomers, a fault
- *       (run as three jobs, FAULTMASK=1, 2, 4: the fault hits instance 0,
- *       1 or 2; together exactly the state space of one run)
+ *   o2  NI=2 NEV=2 MAXOVERRUN=1           a claim overruns its deadline
+ *   o1  NI=2 NEV=1 MAXFAULT=1 MAXOVERRUN=1 MAXSYNC=2   an overrun and a fault
+ *   d1  NI=2 NEV=1 FAULT_DROP (drops only) MAXSYNC=3
+ *   f6a NI=2 NEV=4 MAXFAULT=1 STOP_DURING_CLAIM CHECK_LEAVE NO_I3
  * where
  *   NI        instances (2 or 3). Instance i started before instance i+1:
  *             this is what the newest-instance policy compares. All start
@@ -39,17 +51,37 @@
  *             between any two events.
  *   NEV       events the runtime delivers.
  *   MAXFAULT  faults, each of any instance (in FAULTMASK) at any step: a
- *             crash (SIGKILL), or a stop (SIGTERM: Leave, disconnect,
- *             Close) -- by default not racing with the instance's own claim
- *             or promotion (that race is F6); with -DFAULT_DROP also a stall
- *             past the runtime's request timeout (the runtime drops the live
+ *             crash (SIGKILL; not with NO_CRASH), a stop (SIGTERM: Leave,
+ *             disconnect, Close; not with NO_STOP) -- by default not racing
+ *             with the instance's own claim, promotion or take-back (that
+ *             race is F6) -- and, with FAULT_DROP, a stall past the
+ *             runtime's request timeout (the runtime drops the live
  *             instance, which reconnects later).
  *   MAXSYNC   Synchronize calls in all (first ones, resyncs, reconnections).
+ *   MAXOVERRUN  stalls across a claim deadline (see below).
  * Timing is abstracted away: every bounded wait (claim lock, Yield answer,
- * Leave) may expire at any moment while it waits, and every delay (a Yield
- * request not yet served, a watcher not yet woken) may last across any
- * number of steps of the other processes. So a hung or slow instance is
- * covered by the interleavings themselves.
+ * Leave, the take-back's lock) may expire at any moment while it waits, and
+ * every delay (a Yield request not yet served, a watcher not yet woken) may
+ * last across any number of steps of the other processes. So a hung or slow
+ * instance is covered by the interleavings themselves.
+ *
+ * The claim deadline (start + budget) is one flag per running claim,
+ * cexp[slot]: "the deadline, and the 100 ms grace after it, have passed".
+ * Time only moves forward, and only where someone looks at it, so the flag is
+ * set at exactly those points: becomeOwner / publishOwner (the deadline
+ * check: the taker stalled before publishing), the yielded owner's
+ * awaitClaim timer (takeBackAt = deadline + grace: the taker stalled after
+ * publishing, or the owner's goroutine stalled and missed the taker's
+ * settling), and the runtime dropping a synchronizing instance (its request
+ * timeout is at least twice the budget). Within the budget a claim always
+ * gets from the lock to its publish in time (askBy is a quarter of the
+ * budget before the deadline, and the rest takes microseconds), so a claim
+ * overruns only if something stalls across its deadline: MAXOVERRUN bounds
+ * these stalls like faults (0 or 1 in check.sh). The time passing after a
+ * claim has ended is free (an ended claim's waiting Yield request counts as
+ * past its deadline, see Syncer). The other checks (after the lock: askBy;
+ * the owner's yield: wait <= 0) see a deadline that has already passed; a
+ * stall right before them leads to the same states as one of the above.
  *
  * Invariants (assertions; "lossy" = a crash, a drop, or the stop of an
  * instance that still owned the plugin or had a claim in flight):
@@ -57,14 +89,24 @@
  *       and never after it yielded or lost the name, unless it published
  *       itself again (took ownership back)
  *   I2  an event is acted on at most once, except: a second action happens
- *       only if every earlier actor crashed or stopped after acting and the
- *       second one was promoted (unfenced) during that same delivery
+ *       only if every earlier actor crashed or stopped (Leave done) after
+ *       acting and the second one was promoted or took back (unfenced)
+ *       during that same delivery
  *   I3  with no lossy fault so far, every event that reaches a synchronized
- *       instance is acted on (with I2: exactly once)
+ *       instance is acted on (with I2: exactly once). Not checked either
+ *       after a claim that overran its deadline returned while nobody owned
+ *       (F7; with CHECK_OVERRUN checked when an owner had yielded to it)
  *   I4  at most one owner (role owner and the owner name leads to it); two
- *       live instances in the owner role only after a forced takeover or a
- *       lossy fault
+ *       live instances in the owner role only after a forced takeover (a
+ *       name taken from a live owner or from a claim that has published, or
+ *       a take-back without the claim lock) or a lossy fault
  *   I5  the protocol never blocks the runtime: all NEV events are delivered
+ *   I6  a claim never asks its own instance to yield (F3, fixed; NO_I6)
+ *   I7  (CHECK_SYNC_ROLE) the author's Synchronize runs only on the owner
+ *       (F5: still fails after a take-back or a busy claim lock)
+ *   I8  (CHECK_LEAVE) no instance acts after its Leave (F6a, fixed)
+ *   R   (CHECK_RECOVERY) in the end, if an instance is alive and
+ *       synchronized, a synchronized one owns (F2, fixed)
  *
  * Variants (-D):
  *   BROKEN_UNFENCED_CLAIM  the newcomer is appended to the chain at once and
@@ -72,18 +114,24 @@
  *                          Synchronize (no fence): spin must find a violation.
  *   BROKEN_NO_FENCING      Enter does not check the owner name: spin must
  *                          find a violation (forced takeover of a slow owner).
+ *   FAULT_DROP             add the stall-and-drop fault (d1 in the default
+ *                          runs since the claim deadline: F4 fixed but for
+ *                          PUBLISH_WINDOW)
+ *   NO_I2, NO_I3, NO_I6    leave out an invariant (to look for another one)
  * Findings: properties the implementation does NOT have (check.sh findings,
  * docs/model.md):
  *   STRICT_AT_MOST_ONCE    no event acted on twice even around a crash   (F1)
- *   CHECK_RECOVERY         in the end, if an instance is alive and
- *                          synchronized, a synchronized one owns         (F2)
- *   CHECK_SELF_YIELD       a claim never asks its own instance to yield  (F3)
- *   FAULT_DROP             add the stall-and-drop fault: I2 fails        (F4)
- *   CHECK_SYNC_ROLE        the author's Synchronize runs only on the
- *                          owner (with FAULT_DROP and NO_I2)             (F5)
- *   STOP_DURING_CLAIM      let a stop race with the instance's own claim:
- *                          with CHECK_LEAVE it acts after Leave (F6a);
- *                          with three instances I3 fails              (F6b)
+ *   PUBLISH_WINDOW         the deadline check in publishOwner and the
+ *                          rename are two steps: with FAULT_DROP, I2
+ *                          fails through that window                   (F4)
+ *   CHECK_SYNC_ROLE        I7                                          (F5)
+ *   STOP_DURING_CLAIM      let a stop race with the instance's own claim
+ *                          or take-back: I3 fails                     (F6b)
+ *   CHECK_OVERRUN          I3 after an overrun claim an owner yielded to (F7)
+ *   TAKEBACK_RACE          a take-back without the claim lock in its Go
+ *                          steps: I2 fails; with CHECK_RECOVERY, R     (F8)
+ *   OWNER_LATE             the only overrun is a yielded owner's late
+ *                          timer: with a crash of a third instance, I2 (F9)
  */
 
 #ifndef NI
@@ -101,8 +149,11 @@
 #ifndef FAULTMASK
 #define FAULTMASK 7             /* the instances faults may hit (a bit set) */
 #endif
+#ifndef MAXOVERRUN
+#define MAXOVERRUN 1            /* claims that may overrun their deadline */
+#endif
 
-#define NONE 7                  /* no instance */
+#define NONE 7                  /* no instance / no claim */
 #define HOLDER 6                /* watchSuccessor target: whoever holds the name */
 #define bit(i) (1 << (i))
 #define LAST (NI - 1)           /* the last instance (1 or 2) */
@@ -116,15 +167,36 @@ bool alive[NI];                 /* the process runs (not crashed or exited) */
 bool sock[NI];                  /* its instances/<id>.sock answers          */
 bool closed[NI];                /* c.closed (Coordinator.Close)             */
 bool leaving[NI];               /* c.leaving (Coordinator.Leave)            */
+bool left[NI];                  /* c.left: Leave has finished               */
+bool claiming[NI];              /* c.claiming (Claim: setClaiming)          */
+bool pending[NI];               /* c.pending: yielded, the taker's claim    */
+                                /* not yet settled (awaitClaim, takeBack)   */
 byte successor[NI];             /* c.successor                              */
 byte lastTo[NI];                /* c.lastHandover.ToId                      */
 byte watching[NI];              /* standby i has a Watch open on that       */
                                 /* instance (it is in its c.watchers)       */
+bool wnote[NI];                 /* the instance standby i watches changed   */
+                                /* its epoch (became owner) since the Watch */
+                                /* began: the Watch answers                 */
 
 /* ---- goroutines started on demand (static processes wait for these) ---- */
 bool sreq[2*NI];                /* a Synchronize call, served by Syncer slot */
 bool woStart[NI];               /* go c.watchOwner()                         */
-chan wsq[NI] = [2] of { byte }; /* go c.watchSuccessor(taker)                */
+chan wsq[NI] = [2] of { byte }; /* go c.watchSuccessor(taker, epoch,         */
+                                /* takeBackAt) after a yield; HOLDER: after  */
+                                /* retireSupersededLocked (no takeBackAt)    */
+
+/* ---- the claim deadline (one per claim, i.e. per running Syncer slot) ---- */
+bool cexp[2*NI];                /* the claim's deadline (+ grace) passed     */
+byte ycl[NI];                   /* the running claim (slot) that sent the    */
+                                /* taker's last Yield request; NONE once it  */
+                                /* has ended                                 */
+bool yexp[NI];                  /* ... the deadline of that ended claim      */
+                                /* passed (kept while its request waits)     */
+byte awc[NI];                   /* the claim (slot) yielded owner i waits    */
+                                /* for in awaitClaim; NONE once it ended     */
+bool tbk[NI];                   /* a take-back without the claim lock runs   */
+                                /* (in its Go steps: TAKEBACK_RACE)          */
 
 /* ---- the runtime connection (plugin.Run, the stub, the runtime's chain) ---- */
 bool wantsync[NI];              /* connected, waiting for its Synchronize   */
@@ -133,6 +205,7 @@ bool dropped[NI];               /* dropped while alive: Run reconnects      */
 bool resync[NI];                /* a pending OnResync (p.resync, buffer 1)  */
 bool retryLater[NI];            /* retryClaimLater's timer is running       */
 byte syncing = NONE;            /* being synchronized (sync lock held)      */
+byte sg = 0;                    /* ... by this Syncer slot                  */
 byte nsync = 0;                 /* Synchronize calls so far                 */
 
 /* ---- the handover directory ---- */
@@ -150,10 +223,16 @@ byte yowner[NI];                /* resp.Owner                               */
 
 /* ---- faults ---- */
 byte faults = 0;                /* faults injected so far                   */
+byte overruns = 0;              /* stalls across a claim deadline so far    */
 bool lossy = 0;                 /* a crash or drop, or a stop of an owner   */
                                 /* that did not hand over                   */
 bool forced = 0;                /* a claim took over without the owner's    */
-                                /* answer (Yield deadline or error)         */
+                                /* answer, a name was taken from a live     */
+                                /* owner or a claim that had published, or  */
+                                /* a take-back went on without the lock     */
+bool late = 0;                  /* F7: a claim that overran its deadline    */
+                                /* returned from Synchronize while nobody   */
+                                /* owned (e.g. its owner not yet back)      */
 
 /* ---- bookkeeping for the invariants ---- */
 byte ev = 0;                    /* events delivered so far                  */
@@ -164,7 +243,6 @@ byte promotedMid = 0;           /* promoted (outside a Synchronize) while   */
 bool gaveUp[NI];                /* yielded, or the owner name moved away;   */
                                 /* cleared when it publishes itself again   */
 bool stopping[NI];              /* received SIGTERM                         */
-bool leftByStop[NI];               /* Leave retired it ("stopped")             */
 byte midpub = 0;                /* published, not yet in the owner role     */
 
 #define SET(c) ((c(0) -> 1 : 0) | (c(1) -> 2 : 0) | ((NI > 2 && c(LAST)) -> bit(LAST) : 0))
@@ -176,6 +254,26 @@ byte midpub = 0;                /* published, not yet in the owner role     */
 /* (by default no Synchronize starts for an instance being stopped: F6) */
 #define CANSYNC(i) (wantsync[i] && alive[i] && !stopping[i] && (!sreq[2*(i)] || !sreq[2*(i)+1]))
 #endif
+/* the owners: role owner and the owner name leads to it */
+#define OWNERS ((alive[0] && role[0] == OWNER && name == 0) + \
+                (alive[1] && role[1] == OWNER && name == 1) + \
+                (NI > 2 && alive[LAST] && role[LAST] == OWNER && name == LAST))
+
+/* The deadline of running claim g may pass now: it already has, or the  */
+/* claimer stalls across it (an overrun; at most MAXOVERRUN in a run).    */
+/* Time passing after a claim has ended is free.                          */
+#ifdef OWNER_LATE
+/* (findings: the only overrun allowed is a yielded owner's late timer) */
+#define CANEXP(g) cexp[g]
+#else
+#define CANEXP(g) (cexp[g] || overruns < MAXOVERRUN)
+#endif
+inline expire(g) {
+  if
+  :: !cexp[g] -> cexp[g] = 1; overruns++
+  :: else
+  fi
+}
 
 /* one instance out of a non-empty set, nondeterministically */
 inline pick(set, i) {
@@ -201,8 +299,8 @@ inline act(i) {
      (took ownership back) */
   assert(name == i && !gaveUp[i]);
 #ifdef CHECK_LEAVE
-  /* Leave: "whatever the outcome, the instance acts on no event afterwards" */
-  assert(!leftByStop[i]);
+  /* I8, Leave: "whatever the outcome, the instance acts on no event afterwards" */
+  assert(!left[i]);
 #endif
   if
   :: actedBy != 0 ->
@@ -210,12 +308,13 @@ inline act(i) {
      assert(actedBy == 0)
 #elif !defined(NO_I2)
      /* I2: a second action on one event only when every earlier actor has
-        crashed or stopped since acting, and this instance was promoted
-        (outside any Synchronize) during this very delivery */
+        crashed or stopped (its Leave has finished, or it closed) since
+        acting, and this instance was promoted (outside any Synchronize)
+        during this very delivery */
      assert((promotedMid & bit(i)) != 0 &&
-            ((actedBy & 1) == 0 || !sock[0]) &&
-            ((actedBy & 2) == 0 || !sock[1]) &&
-            (NI < 3 || (actedBy & bit(LAST)) == 0 || !sock[LAST]))
+            ((actedBy & 1) == 0 || !sock[0] || left[0]) &&
+            ((actedBy & 2) == 0 || !sock[1] || left[1]) &&
+            (NI < 3 || (actedBy & bit(LAST)) == 0 || !sock[LAST] || left[LAST]))
 #endif
   :: else
   fi;
@@ -223,7 +322,7 @@ inline act(i) {
 }
 
 /* Coordinator.retireSupersededLocked: retire, and (unless closed) watch */
-/* the instance that holds the name now, as a successor                  */
+/* the instance that holds the name now, as a successor (no takeBackAt)  */
 inline retireSuperseded(i) {
   role[i] = RETIRED;
   if
@@ -237,6 +336,7 @@ inline deliver(i) {
   :: inchain[i] && alive[i] ->
 #ifndef BROKEN_NO_FENCING
      /* Coordinator.Enter: an owner whose name leads elsewhere retires */
+     /* (superseded(): the owner-name generation, else a stat)          */
      if
      :: role[i] == OWNER && name != i -> retireSuperseded(i)   /* superseded() */
      :: else
@@ -251,38 +351,70 @@ inline deliver(i) {
 }
 
 /* ================================================================== */
-/* Coordinator.becomeOwner (called with the claim lock): publish first, */
-/* then, under the events lock, role = owner. Caller's locals: me,      */
-/* from, unfenced.                                                     */
+/* Coordinator.becomeOwner. Caller's locals: me, from, unfenced, pub.  */
 /* ================================================================== */
-inline becomeOwner() {
+
+/* Dir.publishOwner: link + rename + bumpOwnerGeneration (the rename and */
+/* the bump right after it are one step: in between, an owner that saw   */
+/* the name at the old generation would still take it for its own -- a   */
+/* difference only when the name is taken from a live owner while events */
+/* flow, i.e. outside the default assumptions: F8); the instance that    */
+/* held the name loses it                                                */
+inline publishSelf() {
+  if
+  :: name != NONE && name != me ->
+     if
+     :: alive[name] && (role[name] == OWNER || (midpub & bit(name))) ->
+        forced = 1                  /* a live owner (or a claim that has */
+                                    /* published) loses the name         */
+     :: else
+     fi;
+     gaveUp[name] = 1
+  :: else
+  fi;
+  name = me;
+  gaveUp[me] = 0; midpub = midpub | bit(me)
+}
+
+/* some instance watching me is told: my epoch changed (the Watch answers) */
+#define NOTE(i) if :: watching[i] == me -> wnote[i] = 1 :: else fi
+
+/* c.events.Lock(); c.mu.Lock(); if c.left: refuse; else c.epoch = epoch, */
+/* c.successor = nil, c.pending = false, c.setLocked(ROLE_OWNER). pub = 2 */
+/* when the role is set.                                                  */
+inline setOwner() {
+  midpub = midpub & ~bit(me);
+  if
+  :: left[me] -> skip                 /* "instance is stopping; not taking ownership" */
+  :: else ->
+     role[me] = OWNER; successor[me] = NONE; pending[me] = 0;
+     if
+     :: from != NONE -> lastTo[me] = me   /* c.lastHandover: from -> self */
+     :: else
+     fi;
+     if
+     :: unfenced && delivering -> promotedMid = promotedMid | bit(me)
+     :: else
+     fi;
+     NOTE(0); NOTE(1); NOTE(LAST);    /* c.notifyLocked(): a new epoch */
+     pub = 2
+  fi
+}
+
+/* becomeOwner(..., deadline zero): promoteIfOrphaned, takeBackIfOrphaned, */
+/* takeBack. guard: what the caller checks right before (takeBack: still  */
+/* retired).                                                              */
+inline becomeOwner(guard) {
   atomic { alive[me] ->
-    /* Dir.publishOwner: link + rename, one atomic step */
     if
-    :: name != NONE && name != me ->
-       if
-       :: alive[name] && role[name] == OWNER -> forced = 1   /* a live owner loses the name */
-       :: else
-       fi;
-       gaveUp[name] = 1
-    :: else
-    fi;
-    name = me;
-    gaveUp[me] = 0; midpub = midpub | bit(me)
-  }
-  atomic { alive[me] ->
-    /* c.events.Lock(); c.setLocked(ROLE_OWNER, reason) */
-    role[me] = OWNER; midpub = midpub & ~bit(me);
-    successor[me] = NONE;
-    if
-    :: from != NONE -> lastTo[me] = me   /* c.lastHandover: from -> self */
-    :: else
-    fi;
-    if
-    :: unfenced && delivering -> promotedMid = promotedMid | bit(me)
-    :: else
+    :: (guard) && !left[me] && !closed[me] -> publishSelf(); pub = 1
+    :: !(guard) || left[me] || closed[me] -> pub = 0   /* hasLeft(): "instance is stopping" */
     fi
   }
+  if
+  :: pub == 1 -> atomic { alive[me] -> setOwner() }
+  :: else
+  fi
 }
 
 /* Coordinator.demote(ROLE_STANDBY, reason, watch=true), inside an atomic */
@@ -320,7 +452,7 @@ inline ownerAlive() {
 }
 
 /* Coordinator.promoteIfOrphaned; result in pr: PROMOTED, ELSEWHERE or  */
-/* UNDECIDED. Caller's locals: me, h, s2, oa, from, unfenced, pr.          */
+/* UNDECIDED. Caller's locals: me, h, s2, oa, from, unfenced, pr, pub.  */
 #define PROMOTED  0
 #define ELSEWHERE 1
 #define UNDECIDED 2
@@ -338,14 +470,16 @@ inline promoteIfOrphaned() {
      :: oa == 0 ->
         ownerAlive();
         if
-        :: oa == 0 -> from = NONE; unfenced = 1; becomeOwner(); pr = PROMOTED   /* "promoted: ..." */
+        :: oa == 0 ->
+           from = NONE; unfenced = 1; becomeOwner(true);
+           pr = ((pub == 2) -> PROMOTED : UNDECIDED)   /* "promoted: ..." or "publish failed" */
         :: else -> pr = ELSEWHERE
         fi
      :: else
      fi;
      atomic { lock == me ->                        /* defer unlock() */
        lock = NONE;
-       h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0
+       h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0; pub = 0
      }
   :: atomic { alive[me] && lock != NONE -> pr = UNDECIDED }  /* "promotion: claim lock busy" */
   fi
@@ -361,56 +495,132 @@ inline promoteIfOrphaned() {
 #define D_ASK      1
 #define D_BECOME   2
 #define D_STANDBY  3
-#define D_ENSURE   4
+#define D_GIVEUP   4
 #define D_TAKEBACK 5
 #define D_DONE     6
 
+#define G (2*me + slot)                /* this claim's Syncer slot */
+
+/* Coordinator.giveUpClaim: only an instance that owns nothing becomes */
+/* standby (demote) and asks to claim again later (retryClaimLater)    */
+inline giveUpClaim() {
+  if
+  :: role[me] == JOINING || role[me] == STANDBY ->
+     demoteStandby();
+     retryLater[me] = 1
+  :: else
+  fi
+}
+
+/* becomeOwner(from, epoch, reason, start, deadline) of a claim: past the */
+/* deadline nothing is published (checked first, and in publishOwner      */
+/* right before the rename) and the claim gives up; hasLeft() refuses;    */
+/* then the role, unless Leave has finished meanwhile.                    */
+inline claimBecomeOwner() {
+#if defined(PUBLISH_WINDOW) || defined(STOP_DURING_CLAIM)
+  atomic { alive[me] ->
+    if
+    :: CANEXP(G) -> expire(G); pub = 0; giveUpClaim()   /* "deadline passed before publishing" */
+    :: !cexp[G] && (left[me] || closed[me]) -> pub = 0   /* hasLeft() */
+    :: !cexp[G] && !left[me] && !closed[me] -> pub = 3   /* readEpoch, os.Link(tmp) */
+    fi
+  }
+  if
+  :: pub == 3 ->
+     atomic { alive[me] ->
+#ifdef PUBLISH_WINDOW
+       /* the check right before the rename passed in the previous step; */
+       /* the rename comes whenever it comes                             */
+       publishSelf(); pub = 1
+#else
+       if
+       :: CANEXP(G) -> expire(G); pub = 0; giveUpClaim()  /* publishOwner: errClaimDeadline */
+       :: !cexp[G] -> publishSelf(); pub = 1           /* os.Rename(tmp, owner.sock) */
+       fi
+#endif
+     }
+  :: else
+  fi;
+#else
+  /* (by default the deadline check in publishOwner and the rename are    */
+  /* one step: a stall in the microseconds between them is PUBLISH_WINDOW) */
+  atomic { alive[me] ->
+    if
+    :: CANEXP(G) -> expire(G); pub = 0; giveUpClaim()   /* "deadline passed before publishing" */
+    :: !cexp[G] && (left[me] || closed[me]) -> pub = 0   /* hasLeft() */
+    :: !cexp[G] && !left[me] && !closed[me] -> publishSelf(); pub = 1   /* publishOwner */
+    fi
+  }
+#endif
+  if
+  :: pub == 1 -> atomic { alive[me] -> setOwner() }
+  :: else
+  fi
+}
+
+/* an owner that yielded to this claim's instance still waits for it */
+#define YIELDED_TO_ME ((pending[0] && successor[0] == me) || (pending[1] && successor[1] == me) || \
+                       (NI > 2 && pending[LAST] && successor[LAST] == me))
+#define CLRAWC(i) if :: awc[i] == G -> awc[i] = NONE :: else fi
+
 proctype Syncer(byte me; byte slot) {
-  byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0;
-  bool redirect = 1, unfenced = 0, retOwner = 0, locked = 0;
+  byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0, pub = 0;
+  bool redirect = 1, unfenced = 0, locked = 0;
 end:
   do
-  :: atomic { sreq[2*me + slot] && alive[me] && lock == NONE ->
+  :: atomic { sreq[G] && alive[me] && lock == NONE ->
+       claiming[me] = 1;              /* Claim: c.setClaiming(true) */
        lock = me; locked = 1;         /* claim: Dir.Lock(lctx) */
-       /* switch c.currentRole() */
+       /* !time.Now().Before(askBy): "budget spent before asking the owner". */
+       /* (Only a claim already past its deadline -- dropped before -- gives */
+       /* up here: a stall right before this check leads to the same states  */
+       /* as a Yield served late and a stall before publishing.)             */
        if
-       :: role[me] == OWNER -> dec = D_ENSURE
-       :: role[me] == RETIRED -> dec = D_TAKEBACK
-       :: else ->
-          h = name;                   /* Dial(ctx, owner.sock) */
-          dec = ((h == NONE || !sock[h]) -> D_BECOME : D_ASK)  /* ErrNoInstance: "no owner on the node" */
+       :: cexp[G] -> dec = D_GIVEUP
+       :: !cexp[G] ->
+          /* switch c.currentRole() */
+          if
+          :: role[me] == OWNER && (name == NONE || name == me) ->
+             /* !c.superseded(): ensurePublished: Dial(owner.sock), Status: */
+             /* self -> nil; nothing there -> publishOwner (no deadline)    */
+             if
+             :: name == NONE -> name = me; gaveUp[me] = 0
+             :: else
+             fi;
+             dec = D_DONE             /* return c.currentRole(), err */
+          :: role[me] == RETIRED -> dec = D_TAKEBACK
+          :: else ->
+             if
+             :: role[me] == OWNER ->
+                /* c.superseded(): "claim like any newcomer":          */
+                /* c.setRole(ROLE_JOINING, supersededReason)           */
+                role[me] = JOINING
+             :: else
+             fi;
+             h = name;                /* Dial(ctx, owner.sock) */
+             dec = ((h == NONE || !sock[h]) -> D_BECOME : D_ASK)  /* ErrNoInstance: "no owner on the node" */
+          fi
        fi
      }
      if
-     :: dec == D_ENSURE ->
-        /* Coordinator.ensurePublished */
-        atomic { alive[me] ->
-          h = name;                   /* Dial(owner.sock), cl.Status */
-          if
-          :: h == NONE || !sock[h] -> name = me; gaveUp[me] = 0   /* publishOwner */
-          :: h == me && sock[h] -> skip
-          :: h != me && h != NONE && sock[h] && role[h] == OWNER ->
-             role[me] = RETIRED       /* demote(RETIRED, "superseded by") */
-          :: h != me && h != NONE && sock[h] && role[h] != OWNER ->
-             gaveUp[h] = 1; name = me; gaveUp[me] = 0   /* publishOwner */
-          fi;
-          retOwner = 1;               /* return ROLE_OWNER, nil */
-          dec = D_DONE
-        }
      :: dec == D_TAKEBACK ->
-        /* Coordinator.takeBackIfOrphaned */
+        /* Coordinator.takeBackIfOrphaned (becomeOwner with no deadline) */
         ownerAlive();
-        dec = ((oa == 0) -> D_BECOME : D_DONE)   /* "successor gone; took ownership back" */
+        if
+        :: oa == 0 -> from = NONE; unfenced = 0; becomeOwner(true)   /* "successor gone; took ownership back" */
+        :: else                                                     /* return ROLE_RETIRED */
+        fi;
+        dec = D_DONE
      :: dec == D_ASK ->
-        /* Coordinator.askToYield(ctx, owner, redirect) */
+        /* Coordinator.askToYield(ctx, owner, redirect, deadline) */
 ask:    atomic { alive[me] ->
 #ifndef NO_I6
           /* I6: a claim never asks its own instance to yield (F3, fixed) */
           assert(h != me);
 #endif
-          /* owner.Yield(ctx, {Taker: me}) */
+          /* owner.Yield(ctx, {Taker: me, ClaimDeadlineUnixNano}) */
           yseq[me] = ((ypend[me] == 0) -> 1 : yseq[me] % 3 + 1);
-          ywait[me] = h; yready[me] = 0;
+          ywait[me] = h; yready[me] = 0; ycl[me] = G;
           if
           :: nfull(yq[h]) -> yq[h]!me,yseq[me]; ypend[me]++
           :: full(yq[h]) -> skip      /* (not reached with these bounds) */
@@ -431,12 +641,17 @@ ask:    atomic { alive[me] ->
                 :: else -> from = NONE; dec = D_BECOME           /* "owner's successor is gone" */
                 fi
              :: else -> dec = D_STANDBY                /* demote(STANDBY, resp.Reason) */
-             fi
+             fi;
+             yready[me] = 0; ykind[me] = 0; yowner[me] = 0   /* (the answer is consumed) */
            }
         :: atomic { alive[me] ->
-             /* the deadline (half the budget) expired, or the call failed */
+             /* ctx (askBy) ended, or the call failed: "owner unresponsive; */
+             /* took over". (ctx.Err() == Canceled -- the Synchronize ended  */
+             /* -- gives up instead: in the model its request ends only when */
+             /* the runtime drops the instance, which sets cexp, or by a     */
+             /* stop, after Leave: becomeOwner gives up or refuses likewise.) */
              ywait[me] = NONE;
-             forced = 1; from = NONE; dec = D_BECOME   /* "owner unresponsive; took over" */
+             forced = 1; from = NONE; dec = D_BECOME
            }
         fi;
         if
@@ -446,34 +661,62 @@ ask:    atomic { alive[me] ->
      :: else
      fi;
      if
-     :: dec == D_BECOME -> unfenced = 0; becomeOwner(); retOwner = 1
+     :: dec == D_BECOME -> unfenced = 0; claimBecomeOwner()
      :: dec == D_STANDBY -> atomic { alive[me] -> demoteStandby() }
+     :: dec == D_GIVEUP -> atomic { alive[me] -> giveUpClaim() }
      :: else
      fi;
      goto done
-  :: atomic { sreq[2*me + slot] && alive[me] && lock != NONE ->
-       /* the claim lock stays busy until lctx ends: only an instance  */
-       /* that owns nothing becomes standby (demote) and asks to claim */
-       /* again later (retryClaimLater); return c.currentRole()        */
-       if
-       :: role[me] == JOINING || role[me] == STANDBY ->
-          demoteStandby();
-          retryLater[me] = 1
-       :: else -> retOwner = (role[me] == OWNER)
-       fi
+  :: atomic { sreq[G] && alive[me] && lock != NONE ->
+       claiming[me] = 1;              /* Claim: c.setClaiming(true) */
+       /* the claim lock stays busy until lctx (a quarter of the budget) */
+       /* ends: giveUpClaim; return c.currentRole()                      */
+       giveUpClaim()
      }
 done:
      atomic { alive[me] ->
        if :: locked && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
-#ifdef CHECK_SYNC_ROLE
-       /* adapter.Synchronize runs the author's Synchronize if the    */
-       /* claim returned owner: the instance must then be the owner       */
-       /* (unless it is being stopped: Leave retires it meanwhile)        */
-       assert(!retOwner || leaving[me] || (role[me] == OWNER && name == me));
+       claiming[me] = 0;              /* Claim: c.setClaiming(false) */
+       /* F7: a claim that overran its deadline gave up, and returns (the */
+       /* runtime runs events again) while nobody owns the plugin -- its   */
+       /* yielded owner has not taken back yet, or there is no owner at    */
+       /* all: events are missed until someone takes ownership outside the */
+       /* fence. Counted like a lossy fault for I3; with CHECK_OVERRUN     */
+       /* not when an owner had yielded to this claim.                     */
+       if
+#ifdef CHECK_OVERRUN
+       :: cexp[G] && OWNERS == 0 && !YIELDED_TO_ME -> late = 1
+#else
+       :: cexp[G] && OWNERS == 0 -> late = 1
 #endif
-       sreq[2*me + slot] = 0;         /* Synchronize returns */
-       dec = D_NONE; h = NONE; s2 = NONE; o = NONE; from = NONE; oa = 0;
-       redirect = 1; unfenced = 0; retOwner = 0; locked = 0
+       :: else
+       fi;
+#ifdef CHECK_SYNC_ROLE
+       /* I7: adapter.Synchronize runs the author's Synchronize if the    */
+       /* claim returned owner (c.currentRole()): the instance must then  */
+       /* be the owner (unless it is being stopped: Leave retires it)     */
+       assert(role[me] != OWNER || leaving[me] || name == me);
+#endif
+       /* (model bookkeeping: the claim is over; a request it sent that  */
+       /* still waits keeps its deadline in yexp. Such a claim stopped   */
+       /* waiting at askBy (or was dropped), so its deadline is at most  */
+       /* a quarter of the budget away, and an owner that served the     */
+       /* request after a forced takeover would have to hold the name    */
+       /* again by then: by default its deadline counts as passed. A     */
+       /* stop cancels a claim at any time: then it may still be ahead.) */
+       if
+#ifdef STOP_DURING_CLAIM
+       :: ycl[me] == G -> yexp[me] = (cexp[G] && ypend[me] != 0); ycl[me] = NONE
+#else
+       :: ycl[me] == G -> yexp[me] = (ypend[me] != 0); ycl[me] = NONE
+#endif
+       :: else
+       fi;
+       CLRAWC(0); CLRAWC(1); CLRAWC(LAST);
+       cexp[G] = 0;
+       sreq[G] = 0;                   /* Synchronize returns */
+       dec = D_NONE; h = NONE; s2 = NONE; o = NONE; from = NONE; oa = 0; pub = 0;
+       redirect = 1; unfenced = 0; locked = 0
      }
   od
 }
@@ -482,7 +725,7 @@ done:
 /* Coordinator.yield, served on the instance's own socket (the ttrpc   */
 /* service). A request may wait here for any time (the instance is     */
 /* slow or hung): the taker's deadline may expire first, and the answer */
-/* is then lost, but the request still takes effect when served.       */
+/* is then lost, but the request is still served.                      */
 /* ================================================================== */
 inline reply(t, sq, kk, oo) {
   if
@@ -492,11 +735,25 @@ inline reply(t, sq, kk, oo) {
 }
 
 proctype YieldServer(byte me) {
-  byte t, sq;
+  byte t, sq, c;
+  bool ex;
 end:
   do
   :: atomic { alive[me] && sock[me] && nempty(yq[me]) ->
        yq[me]?t,sq; ypend[t]--;
+       /* the taker's claim deadline, req.ClaimDeadlineUnixNano: of its */
+       /* running claim, of its ended claim, or long past (an older one) */
+       c = NONE;
+       if
+       :: yseq[t] == sq && ycl[t] != NONE -> c = ycl[t]; ex = cexp[c]
+       :: yseq[t] == sq && ycl[t] == NONE ->
+          if                          /* (its deadline may pass now too) */
+          :: true -> ex = 1
+          :: true -> ex = yexp[t]
+          fi
+       :: yseq[t] != sq -> ex = 1
+       fi;
+       if :: ypend[t] == 0 -> yexp[t] = 0 :: else fi;   /* (bookkeeping) */
        /* c.events.Lock(); c.mu.Lock() */
        if
        :: role[me] == OWNER && name != me ->
@@ -506,28 +763,49 @@ end:
           reply(t, sq, REFUSE, successor[me])
        :: role[me] != OWNER ->
           reply(t, sq, REFUSE, successor[me])   /* "not the owner" */
-       :: role[me] == OWNER && name == me && !leaving[me] && t < me ->
-          reply(t, sq, REFUSE, successor[me])   /* NewestInstance.Allow: the taker is older */
-       :: role[me] == OWNER && name == me && (leaving[me] || t > me) ->
-          successor[me] = t; lastTo[me] = t;
-          role[me] = RETIRED; gaveUp[me] = 1;   /* "yielded to ..." */
+       :: role[me] == OWNER && name == me ->
           if
-          :: !closed[me] && nfull(wsq[me]) -> wsq[me]!t   /* go c.watchSuccessor(taker) */
-          :: closed[me] || full(wsq[me]) -> skip
-          fi;
-          reply(t, sq, ACCEPT, me)
+          :: ex ->
+             /* wait <= 0: "the taker's claim deadline passed": refused. */
+             /* The taker's ctx ended at askBy, before: the answer is    */
+             /* lost. (A running claim's deadline passes here only if it */
+             /* has already passed: a taker stalled past it while this   */
+             /* request waited ends up as when it gave up first, and the */
+             /* request is then refused as one of an ended claim.)       */
+             skip
+          :: !ex && !leaving[me] && t < me ->
+             reply(t, sq, REFUSE, successor[me])   /* NewestInstance.Allow: the taker is older */
+          :: !ex && (leaving[me] || t > me) ->
+             successor[me] = t; lastTo[me] = t;
+             role[me] = RETIRED; gaveUp[me] = 1;   /* "yielded to ..." */
+             if
+             :: !closed[me] && nfull(wsq[me]) ->
+                pending[me] = 1; awc[me] = c;      /* c.pending = true */
+                wsq[me]!t                          /* go c.watchSuccessor(taker, epoch, deadline + grace) */
+             :: closed[me] || full(wsq[me]) -> skip
+             fi;
+             reply(t, sq, ACCEPT, me)
+          fi
        fi;
-       t = 0; sq = 0
+       t = 0; sq = 0; c = 0; ex = 0
      }
   od
 }
 
 /* ================================================================== */
-/* Coordinator.watchSuccessor / watchUntilGone, on a retired instance. */
+/* Coordinator.watchSuccessor, on a retired instance: after a yield     */
+/* first awaitClaim and, if the taker did not take ownership, takeBack; */
+/* then watchUntilGone and promoteIfOrphaned.                           */
 /* ================================================================== */
+#define C_OWNED    0
+#define C_NOTOWNED 1
+#define C_OVERDUE  2
+#define C_GONE     3
+#define C_STOPPED  4
+
 proctype WatchSuccessor(byte me) {
-  byte s = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0;
-  bool unfenced = 0;
+  byte s = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0, r = 0, pub = 0;
+  bool unfenced = 0, got = 0, await = 0;
 end:
   do
   :: atomic { wsq[me]?s ->
@@ -535,10 +813,107 @@ end:
        :: s == HOLDER ->
           /* retireSupersededLocked's goroutine: Dial(owner.sock), Status: */
           /* watch the holder (none reachable: take back at once)          */
-          s = ((name != NONE && sock[name]) -> name : NONE)
-       :: else
+          s = ((name != NONE && sock[name]) -> name : NONE); await = 0
+       :: else -> await = 1           /* takeBackAt set */
        fi
      }
+     if
+     :: await ->
+        /* awaitClaim(taker, epoch, takeBackAt): Dial(taker), Watch with */
+        /* until_settled: the taker answers once it is neither joining   */
+        /* nor claiming (or closes)                                      */
+end_await:
+        if
+        :: atomic { alive[me] && !closed[me] && !sock[s] -> r = C_GONE; pending[me] = 0; awc[me] = NONE }   /* err: claimGone */
+        :: atomic { alive[me] && !closed[me] && sock[s] && role[s] != JOINING && !claiming[s] ->
+             /* resp.Epoch > epoch (it owned and handed on: retired with a */
+             /* successor) || resp.Role == OWNER && resp.Epoch == epoch    */
+             r = ((role[s] == OWNER || (role[s] == RETIRED && successor[s] != NONE)) -> C_OWNED : C_NOTOWNED);
+             if
+             :: r == C_OWNED -> pending[me] = 0; awc[me] = NONE   /* no take-back: c.pending = false */
+             :: else
+             fi
+           }
+#ifdef OWNER_LATE
+        :: atomic { alive[me] && !closed[me] && ((awc[me] != NONE && cexp[awc[me]]) || (awc[me] == NONE && overruns < MAXOVERRUN)) ->
+#else
+        :: atomic { alive[me] && !closed[me] && ((awc[me] != NONE && cexp[awc[me]]) || overruns < MAXOVERRUN) ->
+#endif
+             /* ctx (takeBackAt = the taker's deadline + grace) ended   */
+             /* before the Watch answered: claimOverdue. Either the     */
+             /* taker's claim stalled across its deadline (+ grace), or */
+             /* it settled in time and this goroutine stalled instead:  */
+             /* an overrun either way, unless the claim was already     */
+             /* past its deadline (dropped).                            */
+             if
+             :: awc[me] != NONE -> expire(awc[me])
+             :: else -> overruns++
+             fi;
+             r = C_OVERDUE
+           }
+        :: atomic { alive[me] && closed[me] -> r = C_STOPPED; pending[me] = 0; awc[me] = NONE }   /* c.ctx done: claimStopped */
+        fi;
+        if
+        :: r == C_OVERDUE || r == C_NOTOWNED ->
+           /* Coordinator.takeBack(why, overdue): Dir.Lock(lctx), lctx */
+           /* 5 ms if overdue (the hung taker may hold the lock), else */
+           /* a quarter of the budget                                  */
+           if
+           :: atomic { alive[me] && lock == NONE -> lock = me; got = 1 }
+           :: atomic { alive[me] && lock != NONE -> got = 0 }
+           fi;
+           if
+           :: got -> ownerAlive()     /* "the taker did finish after all, or another claim won" */
+#ifdef TAKEBACK_RACE
+           :: !got -> atomic {
+                if
+                :: r == C_OVERDUE && !closed[me] ->
+                   /* "claim lock held (by the overdue taker?); going on   */
+                   /* without it": "as after a forced takeover" (design)   */
+                   oa = 0; tbk[me] = 1; forced = 1
+                :: else -> oa = 1        /* "take-back: claim lock busy" */
+                fi }
+#else
+           :: !got && r != C_OVERDUE -> oa = 1   /* "take-back: claim lock busy" */
+           :: !got && r == C_OVERDUE ->
+              /* "claim lock held (by the overdue taker?); going on without  */
+              /* it": "as after a forced takeover" (design). By default the  */
+              /* design's timing argument holds: takeBackAt (deadline + 100  */
+              /* ms) comes before the runtime gives up on the hung taker's   */
+              /* Synchronize, so the runtime still waits for the Synchronize */
+              /* of the overdue claim (no event in flight), and the taker    */
+              /* stays hung until the take-back is done: the take-back is   */
+              /* one step (becomeOwner with no deadline: hasLeft,            */
+              /* publishOwner, the role). Otherwise it is not taken back     */
+              /* from. TAKEBACK_RACE drops this assumption: the steps as in  */
+              /* Go (F8).                                                    */
+              atomic { alive[me] ->
+                oa = 1;
+                if
+                :: !closed[me] && awc[me] != NONE && syncing == s && sg == awc[me] && role[me] == RETIRED && !left[me] ->
+                   forced = 1; from = NONE; unfenced = 1;
+                   publishSelf(); setOwner()   /* "took ownership back: ..." */
+                :: else
+                fi
+              }
+#endif
+           fi;
+           if
+           :: oa == 0 ->
+              /* if c.currentRole() != ROLE_RETIRED: return; becomeOwner */
+              from = NONE; unfenced = 1; becomeOwner(role[me] == RETIRED)   /* "took ownership back: ..." */
+           :: else
+           fi;
+           atomic {
+             if :: got && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
+             tbk[me] = 0; got = 0; h = NONE; s2 = NONE; oa = 0; unfenced = 0; pub = 0;
+             pending[me] = 0; awc[me] = NONE   /* c.pending = false */
+           }
+        :: else                       /* claimOwned; claimGone: the loop below promotes */
+        fi;
+        r = 0
+     :: else
+     fi;
      do   /* for c.ctx.Err() == nil && c.currentRole() == ROLE_RETIRED */
      :: atomic { !(alive[me] && !closed[me] && role[me] == RETIRED) -> skip } -> break
      :: atomic { alive[me] && !closed[me] && role[me] == RETIRED ->
@@ -547,14 +922,14 @@ end:
         if
         :: oa == 0 ->
            /* watchUntilGone: cl.Watch answers when the successor (once  */
-           /* settled, i.e. not joining) changes role or epoch, leaves, */
-           /* or closes; it fails when the connection breaks            */
+           /* settled: not joining, not claiming) changes role or epoch, */
+           /* leaves, or closes; it fails when the connection breaks     */
 end_watch:
            if
            :: atomic { alive[me] && !sock[s] -> skip }           /* err: gone */
-           :: atomic { alive[me] && sock[s] && role[s] == RETIRED && !leaving[s] && !closed[s] ->
+           :: atomic { alive[me] && sock[s] && role[s] == RETIRED && !claiming[s] && !leaving[s] && !closed[s] ->
                 oa = 2 }                                           /* handed on in order */
-           :: atomic { alive[me] && sock[s] && (closed[s] || (leaving[s] && role[s] != JOINING)) -> skip } ->
+           :: atomic { alive[me] && sock[s] && (closed[s] || (leaving[s] && role[s] != JOINING && !claiming[s])) -> skip } ->
 end_closed:
               atomic { (alive[me] && !sock[s]) || closed[me] -> skip }   /* <-cl.Closed() */
            :: atomic { alive[me] && closed[me] -> oa = 2 }       /* c.ctx done */
@@ -569,13 +944,13 @@ end_closed:
            :: atomic { alive[me] && !closed[me] -> skip } ->
               promoteIfOrphaned();      /* "successor ... gone" */
               if
-              :: pr == ELSEWHERE -> break   /* another live instance owns the plugin */
-              :: else                       /* promoted, or undecided: retry.Wait, loop */
+              :: pr == ELSEWHERE -> pr = 0; break   /* another live instance owns the plugin */
+              :: else -> pr = 0                     /* promoted, or undecided: retry.Wait, loop */
               fi
            fi
         fi
      od;
-     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0; pr = 0 }
+     atomic { s = NONE; h = NONE; s2 = NONE; from = NONE; oa = 0; unfenced = 0; pr = 0; pub = 0; await = 0 }
   od
 }
 
@@ -583,7 +958,7 @@ end_closed:
 /* Coordinator.watchOwner, on a standby (started by demote).           */
 /* ================================================================== */
 proctype WatchOwner(byte me) {
-  byte w = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0;
+  byte w = NONE, h = NONE, s2 = NONE, from = NONE, oa = 0, pr = 0, pub = 0;
   bool unfenced = 0;
 end:
   do
@@ -593,26 +968,28 @@ end:
      :: atomic { alive[me] && !closed[me] && role[me] == STANDBY ->
           w = name;                   /* Dial(owner.sock) */
           if
-          :: w != NONE && sock[w] -> watching[me] = w   /* cl.Status; cl.Watch: in w's c.watchers */
+          :: w != NONE && sock[w] -> watching[me] = w; wnote[me] = 0   /* cl.Status; cl.Watch: in w's c.watchers */
           :: else -> w = NONE
           fi
         }
         if
-        :: w == NONE -> promoteIfOrphaned()   /* ErrNoInstance: "owner gone" */
+        :: w == NONE -> promoteIfOrphaned(); pr = 0   /* ErrNoInstance: "owner gone" */
         :: else ->
 end_watch:
            if
-           :: atomic { alive[me] && !sock[w] -> watching[me] = NONE; w = NONE } ->
-              promoteIfOrphaned()     /* Watch failed: "owner connection lost" */
-           :: atomic { alive[me] && sock[w] && (closed[w] || (role[w] != JOINING && (role[w] != OWNER || leaving[w]))) ->
-                /* Watch answered: the owner leaves, stops owning or changed */
-                watching[me] = NONE; w = NONE;
+           :: atomic { alive[me] && !sock[w] -> watching[me] = NONE; wnote[me] = 0; w = NONE } ->
+              promoteIfOrphaned(); pr = 0   /* Watch failed: "owner connection lost" */
+           :: atomic { alive[me] && sock[w] && role[w] != JOINING && !claiming[w] &&
+                       (role[w] != OWNER || leaving[w] || wnote[me]) ->
+                /* Watch answered: the owner (settled) leaves, stops */
+                /* owning, or its epoch changed                      */
+                watching[me] = NONE; wnote[me] = 0; w = NONE;
                 if
                 :: role[me] == STANDBY -> resync[me] = 1   /* OnResync -> requestResync */
                 :: else
                 fi
               }
-           :: atomic { alive[me] && closed[me] -> watching[me] = NONE; w = NONE }   /* c.ctx done */
+           :: atomic { alive[me] && closed[me] -> watching[me] = NONE; wnote[me] = 0; w = NONE }   /* c.ctx done */
            fi
         fi
      od
@@ -655,18 +1032,18 @@ end:
 /* ================================================================== */
 /* A stop loses events (is "lossy") if the stopping instance owns the     */
 /* plugin (owner role, or the owner name with a claim about to make it     */
-/* owner), or if a claim or promotion of it is in flight: Leave does not   */
-/* stop that, so it may make the leaving instance owner afterwards (F6).   */
-/* (A claim may also start after Leave began: hence the checks at the     */
-/* later steps too.)                                                       */
-#define INFLIGHT(v) (sreq[2*(v)] || sreq[2*(v)+1] || lock == v)
+/* owner), or if a claim, promotion or take-back of it is in flight (by    */
+/* default; STOP_DURING_CLAIM checks that race: F6). (A promotion or take- */
+/* back may also start after Leave began: hence the checks at the later    */
+/* steps too.)                                                             */
+#define INFLIGHT(v) (sreq[2*(v)] || sreq[2*(v)+1] || lock == v || tbk[v])
 #ifdef STOP_DURING_CLAIM
 /* F6: a stop may also race with a claim or promotion of the instance */
 #define STOPOK(v) true
 #define LOSSYSTOP(v) if :: role[v] == OWNER || (name == v && (midpub & bit(v))) -> lossy = 1 :: else fi
 #else
-/* by default a stop does not race with the instance's own claim or      */
-/* promotion (that race is finding F6)                                   */
+/* by default a stop does not race with the instance's own claim,        */
+/* promotion or take-back (that race is finding F6)                      */
 #define STOPOK(v) !INFLIGHT(v)
 #define LOSSYSTOP(v) if :: role[v] == OWNER || (name == v && (midpub & bit(v))) || INFLIGHT(v) -> lossy = 1 :: else fi
 #endif
@@ -689,16 +1066,22 @@ active proctype Faults() {
        faults++
      }
      if
+#ifndef NO_CRASH
      :: atomic {                      /* crash (SIGKILL) */
           alive[v] = 0; sock[v] = 0;  /* its socket no longer answers */
           inchain[v] = 0; wantsync[v] = 0;   /* the runtime drops it */
           lossy = 1;
           if :: lock == v -> lock = NONE :: else fi   /* the kernel drops its flock */
         }
+#endif
 #ifdef FAULT_DROP
      :: atomic {                      /* stalled past the runtime's request */
           inchain[v] = 0; wantsync[v] = 0; dropped[v] = 1;   /* timeout: dropped */
-          lossy = 1
+          lossy = 1;
+          /* the request timeout is at least twice a claim's budget: a */
+          /* claim of v that runs now is past its deadline             */
+          if :: sreq[2*v] -> cexp[2*v] = 1 :: else fi;
+          if :: sreq[2*v+1] -> cexp[2*v+1] = 1 :: else fi
         }
 #endif
 #ifndef NO_STOP
@@ -713,16 +1096,19 @@ active proctype Faults() {
           fi
         }
         if
-        :: leaving[v] ->
+        :: sb != 0 ->
+           /* for len(standbys) > 0: break when handed over -- not owner, */
+           /* and no yielded successor pending -- or, still owner, when no */
+           /* standby is alive; or when ctx ends                           */
            if
-           :: atomic { role[v] != OWNER || !ANYALIVE(sb) -> skip }   /* handed over, or no standby alive */
+           :: atomic { (role[v] != OWNER && !pending[v]) || (role[v] == OWNER && !ANYALIVE(sb)) -> skip }
            :: skip                    /* ctx ends: "no standby took over in time" */
            fi
         :: else
         fi;
         atomic {                      /* c.events.Lock(): retire, "stopped" */
           LOSSYSTOP(v);
-          leaving[v] = 1; leftByStop[v] = 1;
+          leaving[v] = 1; left[v] = 1;   /* c.leaving = true; c.left = true */
           if
           :: role[v] != RETIRED -> role[v] = RETIRED
           :: else
@@ -748,7 +1134,7 @@ active proctype Faults() {
 /* connecting plugin under the sync lock, between two events.           */
 /* ================================================================== */
 active proctype Runtime() {
-  byte i, pend, g;
+  byte i, pend;
   bool chainAtStart;
 end:
   do
@@ -767,7 +1153,9 @@ end:
      atomic {
        /* I3: with no lossy fault so far, an event that reaches a      */
        /* synchronized instance is acted on (and, by I2, only once)     */
-       assert(lossy || !chainAtStart || actedBy != 0);
+#ifndef NO_I3
+       assert(lossy || late || !chainAtStart || actedBy != 0);
+#endif
        delivering = 0; actedBy = 0; promotedMid = 0; chainAtStart = 0; i = 0;
        ev++
      }
@@ -776,25 +1164,25 @@ end:
        pick(pend, i);
        pend = 0; nsync++;
        /* the runtime calls Synchronize: a free Syncer slot of i serves it */
-       g = (!sreq[2*i] -> 2*i : 2*i + 1);
-       sreq[g] = 1;
+       sg = (!sreq[2*i] -> 2*i : 2*i + 1);
+       sreq[sg] = 1;
 #ifdef BROKEN_UNFENCED_CLAIM
        /* no fence: in the chain at once; the claim runs whenever it runs, */
        /* events flowing meanwhile                                         */
-       wantsync[i] = 0; inchain[i] = 1; g = 0; i = 0
+       wantsync[i] = 0; inchain[i] = 1; sg = 0; i = 0
 #else
        syncing = i                    /* sync lock: no event in flight */
 #endif
      }
 #ifndef BROKEN_UNFENCED_CLAIM
      /* wait for the response to Synchronize, or for the plugin's drop */
-     atomic { !sreq[g] || !wantsync[i] || !alive[i] ->
+     atomic { !sreq[sg] || !wantsync[i] || !alive[i] ->
        if
-       :: !sreq[g] && wantsync[i] && alive[i] -> inchain[i] = 1   /* appended */
+       :: !sreq[sg] && wantsync[i] && alive[i] -> inchain[i] = 1   /* appended */
        :: else
        fi;
        wantsync[i] = 0;
-       syncing = NONE; g = 0; i = 0
+       syncing = NONE; sg = 0; i = 0
      }
 #endif
   od
@@ -807,9 +1195,6 @@ end:
 /* takeover (the stale one is fenced out at its next event or Yield:    */
 /* I1) or a lossy fault.                                               */
 /* ================================================================== */
-#define OWNERS ((alive[0] && role[0] == OWNER && name == 0) + \
-                (alive[1] && role[1] == OWNER && name == 1) + \
-                (NI > 2 && alive[LAST] && role[LAST] == OWNER && name == LAST))
 #define ROLEOWNERS ((alive[0] && role[0] == OWNER) + (alive[1] && role[1] == OWNER) + \
                     (NI > 2 && alive[LAST] && role[LAST] == OWNER))
 #define I4 (OWNERS <= 1 && (ROLEOWNERS <= 1 || forced || lossy))
@@ -848,6 +1233,7 @@ init {
        /* Plugin.Run connects to the runtime                            */
        alive[i] = 1; sock[i] = 1; wantsync[i] = 1;
        successor[i] = NONE; lastTo[i] = NONE; watching[i] = NONE; ywait[i] = NONE;
+       ycl[i] = NONE; awc[i] = NONE;
        run YieldServer(i); run Run(i); run Syncer(i, 0); run Syncer(i, 1);
        run WatchOwner(i); run WatchSuccessor(i);
        i++
