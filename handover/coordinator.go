@@ -742,7 +742,9 @@ func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
 }
 
 // yield handles a Yield request: see service.Yield.
-func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
+// ctx is the request's: it ends when the taker's call is abandoned (its
+// deadline passed, or its connection closed because it died).
+func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.YieldResponse {
 	taker := req.GetTaker()
 	c.failpoint(StepYieldReceived)
 	// The taker's claim deadline, on this process's monotonic clock.
@@ -750,11 +752,12 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 	if d := req.GetClaimDeadlineUnixNano(); d != 0 {
 		wait = time.Until(time.Unix(0, d))
 	}
-	wait = min(wait, maxClaimWait)
+	deadline := time.Now().Add(min(wait, maxClaimWait))
 	c.events.Lock()
 	defer c.events.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	wait = time.Until(deadline) // the locks may have taken a while
 
 	refuse := func(reason string) *api.YieldResponse {
 		c.report(OutcomeDeclined, time.Now())
@@ -781,6 +784,10 @@ func (c *Coordinator) yield(req *api.YieldRequest) *api.YieldResponse {
 		// The taker's claim is over: it would not publish (becomeOwner),
 		// and the runtime may have given up on its Synchronize.
 		return refuse(fmt.Sprintf("the taker's claim deadline passed %v ago", (-wait).Round(time.Microsecond)))
+	case ctx.Err() != nil:
+		// The taker gave up on this request or died (its connection
+		// closed): its Synchronize is over, yielding now would be unfenced.
+		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	}
 	if !c.leaving {
 		if ok, reason := c.cfg.Policy.Allow(c.self, taker); !ok {
@@ -1215,8 +1222,8 @@ func (s *service) Status(context.Context, *api.StatusRequest) (*api.StatusRespon
 	return s.c.Status(), nil
 }
 
-func (s *service) Yield(_ context.Context, req *api.YieldRequest) (*api.YieldResponse, error) {
-	return s.c.yield(req), nil
+func (s *service) Yield(ctx context.Context, req *api.YieldRequest) (*api.YieldResponse, error) {
+	return s.c.yield(ctx, req), nil
 }
 
 func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {

@@ -270,3 +270,28 @@ func TestClosedDirGeneration(t *testing.T) {
 	}
 	d.bumpOwnerGeneration() // must not fault
 }
+
+// TestYieldForAbandonedRequestRefused: a Yield whose request has ended —
+// the taker died, or gave up on the call — is refused even though its
+// claim deadline has not passed: the taker's Synchronize is over, and a
+// yield now would move ownership outside the fence (model finding F9).
+func TestYieldForAbandonedRequestRefused(t *testing.T) {
+	root := testRoot(t)
+	a := newInstance(t, root, "a", "1.0.0", 1, nil)
+	if r := claim(t, a); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v", r)
+	}
+	before := a.Status()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // as ttrpc does when the taker's connection closes
+	resp := a.yield(ctx, &api.YieldRequest{
+		Taker:                 &api.Instance{Plugin: "demo", Id: "gone", Version: "2.0.0", StartedUnixNano: startClock + 9},
+		ClaimDeadlineUnixNano: time.Now().Add(time.Second).UnixNano(),
+	})
+	if resp.Accepted || !strings.Contains(resp.Reason, "request ended") {
+		t.Fatalf("Yield of an abandoned request answered %v", resp)
+	}
+	if st := a.Status(); st.Role != api.Role_ROLE_OWNER || st.Epoch != before.Epoch {
+		t.Fatalf("an abandoned Yield changed the owner: %v -> %v", before, st)
+	}
+}
