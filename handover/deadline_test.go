@@ -65,16 +65,23 @@ func claimAsIfSynchronizing(t *testing.T, c *Coordinator) <-chan claimReturn {
 	return done
 }
 
-// hungTakeover starts owner a and newcomer b, runs b's claim as inside a
-// Synchronize, and returns once that claim hangs at step.
-func hungTakeover(t *testing.T, step Step) (root string, a *testInstance, b *Coordinator,
-	release chan struct{}, done <-chan claimReturn) {
+// newOwner starts instance a in a new directory and makes it the owner.
+func newOwner(t *testing.T) (root string, a *testInstance) {
 	t.Helper()
 	root = testRoot(t)
 	a = newInstance(t, root, "a", "1.0.0", 1, nil)
 	if r := claim(t, a); r != api.Role_ROLE_OWNER {
 		t.Fatalf("a: %v", r)
 	}
+	return root, a
+}
+
+// hungTakeover starts owner a and newcomer b, runs b's claim as inside a
+// Synchronize, and returns once that claim hangs at step.
+func hungTakeover(t *testing.T, step Step) (root string, a *testInstance, b *Coordinator,
+	release chan struct{}, done <-chan claimReturn) {
+	t.Helper()
+	root, a = newOwner(t)
 	b, hung, release := newHangingInstance(t, root, "b", 2, step)
 	done = claimAsIfSynchronizing(t, b)
 	<-hung
@@ -97,11 +104,7 @@ func acting(cs ...*Coordinator) []string {
 // deadline has passed — the runtime may have given up on the Synchronize the
 // claim runs in — and changes nothing.
 func TestYieldAfterClaimDeadlineRefused(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
+	_, a := newOwner(t)
 	before := a.Status()
 	cl, err := Dial(context.Background(), a.cfg.Dir.InstanceSocket("a"))
 	if err != nil {
@@ -183,11 +186,7 @@ func TestLateTakerPublishIsFenced(t *testing.T) {
 // ownership back rather than leave the node with no owner, and Leave
 // reports that it did not hand over.
 func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
+	root, a := newOwner(t)
 	b, hung, _ := newHangingInstance(t, root, "b", 0, StepYieldAnswered) // older: standby under the policy
 	b.cfg.OnResync = func(string) {}
 	if r, _ := b.Claim(context.Background()); r != api.Role_ROLE_STANDBY {
@@ -219,11 +218,7 @@ func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
 // publish by another instance at its next event, whether or not it had
 // verified the name before; a closed directory never makes it act wrongly.
 func TestOwnerFenceFollowsTheGeneration(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
+	root, a := newOwner(t)
 	gen, ok := a.cfg.Dir.ownerGeneration()
 	if !ok || gen == 0 {
 		t.Fatalf("generation after the first publish: %d, %v", gen, ok)
@@ -276,11 +271,7 @@ func TestClosedDirGeneration(t *testing.T) {
 // claim deadline has not passed: the taker's Synchronize is over, and a
 // yield now would move ownership outside the fence (model finding F9).
 func TestYieldForAbandonedRequestRefused(t *testing.T) {
-	root := testRoot(t)
-	a := newInstance(t, root, "a", "1.0.0", 1, nil)
-	if r := claim(t, a); r != api.Role_ROLE_OWNER {
-		t.Fatalf("a: %v", r)
-	}
+	_, a := newOwner(t)
 	before := a.Status()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // as ttrpc does when the taker's connection closes
