@@ -56,8 +56,15 @@ type loadGen struct {
 	pods  int
 
 	stopping atomic.Bool
-	paused   atomic.Bool
-	inFlight atomic.Int64
+
+	// gate guards paused and inFlight; gateCond signals their changes.
+	// inFlight counts CRI calls and the workers' units of work (a pod's
+	// creation, a container's whole life cycle, a pod's removal); a worker
+	// waits at the gate while paused before it starts a pod or a life cycle.
+	gate     sync.Mutex
+	gateCond *sync.Cond
+	paused   bool
+	inFlight int
 	wg       sync.WaitGroup
 	stopOnce sync.Once
 	began    time.Time
@@ -65,7 +72,9 @@ type loadGen struct {
 }
 
 func newLoad(e *env, workers int) *loadGen {
-	return &loadGen{c: e.cri, cgroupParent: e.runID, workers: workers, perPod: 5}
+	l := &loadGen{c: e.cri, cgroupParent: e.runID, workers: workers, perPod: 5}
+	l.gateCond = sync.NewCond(&l.gate)
+	return l
 }
 
 func (l *loadGen) start() {
@@ -81,32 +90,72 @@ func (l *loadGen) start() {
 func (l *loadGen) stop() {
 	l.stopOnce.Do(func() {
 		l.stopping.Store(true)
+		l.gate.Lock()
+		l.gateCond.Broadcast() // workers held by a pause finish too
+		l.gate.Unlock()
 		l.wg.Wait()
 		l.ended = time.Now()
 	})
 }
 
 // pause holds the workers between two container life cycles; resume lets
-// them go on. pauseWait returns once no call is in flight.
-func (l *loadGen) pause()  { l.paused.Store(true) }
-func (l *loadGen) resume() { l.paused.Store(false) }
+// them go on. pauseWait returns once no call and no life cycle is in
+// progress, so that no event is delivered until resume.
+func (l *loadGen) pause() {
+	l.gate.Lock()
+	l.paused = true
+	l.gate.Unlock()
+}
+
+func (l *loadGen) resume() {
+	l.gate.Lock()
+	l.paused = false
+	l.gateCond.Broadcast()
+	l.gate.Unlock()
+}
 
 func (l *loadGen) pauseWait(timeout time.Duration) error {
 	l.pause()
+	timer := time.AfterFunc(timeout, func() {
+		l.gate.Lock()
+		l.gateCond.Broadcast() // wake the wait below to see the deadline
+		l.gate.Unlock()
+	})
+	defer timer.Stop()
 	deadline := time.Now().Add(timeout)
-	for l.inFlight.Load() > 0 {
-		if time.Now().After(deadline) {
+	l.gate.Lock()
+	defer l.gate.Unlock()
+	for l.inFlight > 0 {
+		if !time.Now().Before(deadline) {
 			return fmt.Errorf("load did not pause within %v", timeout)
 		}
-		time.Sleep(5 * time.Millisecond)
+		l.gateCond.Wait()
 	}
 	return nil
 }
 
+// enter counts a call or a unit of work in flight; with hold, it first
+// waits while the load is paused (unless it is stopping). exit ends it.
+func (l *loadGen) enter(hold bool) {
+	l.gate.Lock()
+	for hold && l.paused && !l.stopping.Load() {
+		l.gateCond.Wait()
+	}
+	l.inFlight++
+	l.gate.Unlock()
+}
+
+func (l *loadGen) exit() {
+	l.gate.Lock()
+	l.inFlight--
+	l.gateCond.Broadcast()
+	l.gate.Unlock()
+}
+
 // do runs one CRI call and records it.
 func (l *loadGen) do(op, obj string, f func(ctx context.Context) (string, error)) (string, error) {
-	l.inFlight.Add(1)
-	defer l.inFlight.Add(-1)
+	l.enter(false)
+	defer l.exit()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -124,10 +173,8 @@ func (l *loadGen) do(op, obj string, f func(ctx context.Context) (string, error)
 func (l *loadGen) worker(w int) {
 	defer l.wg.Done()
 	for !l.stopping.Load() {
-		for l.paused.Load() && !l.stopping.Load() {
-			time.Sleep(5 * time.Millisecond)
-		}
 		var p *pod
+		l.enter(true)
 		_, err := l.do("RunPodSandbox", "", func(ctx context.Context) (string, error) {
 			var err error
 			p, err = l.c.runPod(ctx, l.cgroupParent, fmt.Sprintf("load%d", w))
@@ -136,6 +183,7 @@ func (l *loadGen) worker(w int) {
 			}
 			return p.id, nil
 		})
+		l.exit()
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue
@@ -144,13 +192,14 @@ func (l *loadGen) worker(w int) {
 		l.pods++
 		l.mu.Unlock()
 		for k := 0; k < l.perPod && !l.stopping.Load(); k++ {
-			for l.paused.Load() && !l.stopping.Load() {
-				time.Sleep(5 * time.Millisecond)
-			}
+			l.enter(true)
 			l.lifecycle(p, k)
+			l.exit()
 		}
+		l.enter(false)
 		l.do("StopPodSandbox", p.id, func(ctx context.Context) (string, error) { return "", l.c.stopPod(ctx, p.id) })
 		l.do("RemovePodSandbox", p.id, func(ctx context.Context) (string, error) { return "", l.c.removePod(ctx, p.id) })
+		l.exit()
 	}
 }
 
