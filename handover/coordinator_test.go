@@ -400,16 +400,7 @@ func TestUnresponsiveOwnerIsSupersededAndFenced(t *testing.T) {
 	// The instance that took over by force dies: the superseded one watches
 	// it as a successor and takes ownership back.
 	b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	select {
-	case <-a.promoted:
-	case <-ctx.Done():
-		t.Fatalf("superseded instance did not take back after its successor died; status %v", a.Status())
-	}
-	if ownerID(t, root) != "a" {
-		t.Fatal("owner name does not lead to a")
-	}
+	waitTookBack(t, a, root, "superseded instance did not take back after its successor died")
 }
 
 // TestRetiredTakesBackWhileKilledSuccessorStillAccepts: a SIGKILLed
@@ -445,12 +436,19 @@ func TestRetiredTakesBackWhileKilledSuccessorStillAccepts(t *testing.T) {
 	}
 	b.Close() // the successor is gone
 
+	waitTookBack(t, a, root, "retired instance did not take back")
+}
+
+// waitTookBack waits (10 s at most) until a reports a promotion, and checks
+// that the owner name then leads to it; what says what failed otherwise.
+func waitTookBack(t *testing.T, a *testInstance, root, what string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	select {
 	case <-a.promoted:
 	case <-ctx.Done():
-		t.Fatalf("retired instance did not take back; status %v", a.Status())
+		t.Fatalf("%s; status %v", what, a.Status())
 	}
 	if ownerID(t, root) != "a" {
 		t.Fatal("owner name does not lead to a")
