@@ -162,6 +162,8 @@ func FuzzNew(f *testing.F) {
 			want = "plugin index not set"
 		case len(wantIdx) != 2 || wantIdx[0] < '0' || wantIdx[0] > '9' || wantIdx[1] < '0' || wantIdx[1] > '9':
 			want = "invalid plugin index " + strconv.Quote(wantIdx) + ": want two digits"
+		case envIdx != "" && envIdx != wantIdx:
+			want = "conflicts with $" + api.PluginIdxEnvVar + "=" + strconv.Quote(envIdx)
 		case nameErr != nil:
 			want = "plugin name: invalid plugin name " + strconv.Quote(wantName)
 		case wantID != "" && !validInstanceID(wantID):

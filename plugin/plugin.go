@@ -224,6 +224,12 @@ func resolveIdentity(c *config) error {
 	if len(c.idx) != 2 || c.idx[0] < '0' || c.idx[0] > '9' || c.idx[1] < '0' || c.idx[1] > '9' {
 		return fmt.Errorf("invalid plugin index %q: want two digits", c.idx)
 	}
+	// The NRI stub takes the index from the environment and, like the
+	// stub, a different one from an option or flag is a conflict.
+	if env := os.Getenv(api.PluginIdxEnvVar); env != "" && env != c.idx {
+		return fmt.Errorf("plugin index %q (option or -idx) conflicts with $%s=%q: set one of them",
+			c.idx, api.PluginIdxEnvVar, env)
+	}
 	if _, err := stamp.AnnotationKey(c.name); err != nil {
 		return fmt.Errorf("plugin name: %w", err)
 	}
@@ -323,7 +329,8 @@ func (p *Plugin) requestResync(reason string) {
 // Run connects to the runtime and serves until ctx ends, reconnecting with
 // backoff when the runtime goes away. When ctx ends, an owner first hands
 // over to a standby (bounded by the leave timeout), then disconnects. Run
-// returns nil after a clean stop.
+// returns nil after a clean stop, and an error at once for a configuration
+// the NRI stub refuses (retrying could not change it).
 func (p *Plugin) Run(ctx context.Context) error {
 	defer p.dir.Close()
 	defer p.coord.Close()
@@ -338,6 +345,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 	for {
 		c, err := p.connect(ctx)
 		if err != nil {
+			var permanent *configError
+			if errors.As(err, &permanent) {
+				p.leave()
+				return err
+			}
 			if ctx.Err() != nil {
 				p.leave()
 				return nil
@@ -410,6 +422,13 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 	}
 }
 
+// configError is a configuration the runtime connection cannot be made
+// with; Run ends with it instead of retrying.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
 // conn is one connection to the runtime.
 type conn struct {
 	stub    stub.Stub
@@ -422,18 +441,24 @@ type conn struct {
 func (p *Plugin) connect(ctx context.Context) (*conn, error) {
 	c := &conn{closed: make(chan struct{}), synced: make(chan struct{})}
 	var once sync.Once
-	opts := append([]stub.Option{
-		stub.WithPluginName(p.cfg.name),
-		stub.WithPluginIdx(p.cfg.idx),
-		stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) }),
-	}, p.cfg.stubOptions...)
+	opts := []stub.Option{stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) })}
+	// The stub reads $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX itself and refuses
+	// an index given twice: pass only what the environment does not say.
+	if os.Getenv(api.PluginNameEnvVar) != p.cfg.name {
+		opts = append(opts, stub.WithPluginName(p.cfg.name))
+	}
+	if os.Getenv(api.PluginIdxEnvVar) == "" {
+		opts = append(opts, stub.WithPluginIdx(p.cfg.idx))
+	}
+	opts = append(opts, p.cfg.stubOptions...)
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
 	c.adapter = &adapter{p: p, synced: c.synced}
 	s, err := stub.New(c.adapter, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("create NRI stub: %w", err)
+		// Nothing a retry could change: the configuration is wrong.
+		return nil, &configError{fmt.Errorf("create NRI stub: %w", err)}
 	}
 	c.stub = s
 	p.stubMu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
 
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
@@ -251,5 +252,53 @@ func TestContainerStampedByAnotherInstanceIsSkipped(t *testing.T) {
 	}
 	if got, _ := signer.Verify(c.Id, c.Annotations); got.Instance != "intruder" {
 		t.Fatalf("stamp is %+v, want the first instance's", got)
+	}
+}
+
+// TestIdentityFromNRIEnvironment: a plugin given its name and index only
+// by $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX (as the shipped DaemonSet does,
+// and as NRI does for the plugins it starts) registers under them and
+// owns; the same values given again by option are no conflict; an option
+// that contradicts the environment's index is refused at New, and a
+// configuration the stub refuses ends Run with the reason.
+func TestIdentityFromNRIEnvironment(t *testing.T) {
+	t.Setenv(api.PluginNameEnvVar, "audit")
+	t.Setenv(api.PluginIdxEnvVar, "10")
+	n := newNode(t)
+	p, err := plugin.New(n.auditPlugin("env-only", "1.0.0"), plugin.WithVersion("1.0.0"),
+		plugin.WithSocketPath(n.rt.SocketPath()), plugin.WithHandoverDir(n.root),
+		plugin.WithInstanceID("env-only"), plugin.WithLogger(logrus.NewEntry(n.log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &running{p: p, run: testutil.Run(p)}
+	t.Cleanup(func() { _ = r.run.Stop() })
+	waitRole(t, r, plugin.RoleOwner)
+	if p.Name() != "audit" || p.Idx() != "10" {
+		t.Fatalf("identity %s/%s, want audit/10", p.Name(), p.Idx())
+	}
+	r.stop(t)
+
+	same := n.start("same-again", "1.0.0") // WithPluginName("audit"), WithPluginIdx("10") as well
+	waitRole(t, same, plugin.RoleOwner)
+	same.stop(t)
+
+	_, err = plugin.New(n.auditPlugin("x", "1.0.0"), plugin.WithVersion("1.0.0"), plugin.WithPluginIdx("20"),
+		plugin.WithHandoverDir(n.root))
+	if err == nil || !strings.Contains(err.Error(), `conflicts with $NRI_PLUGIN_IDX="10"`) {
+		t.Fatalf("conflicting index: err %v", err)
+	}
+
+	// A stub option the stub refuses is permanent: Run returns it instead
+	// of retrying for ever.
+	bad, err := plugin.New(n.auditPlugin("bad", "1.0.0"), plugin.WithVersion("1.0.0"),
+		plugin.WithSocketPath(n.rt.SocketPath()), plugin.WithHandoverDir(n.root), plugin.WithInstanceID("bad"),
+		plugin.WithLogger(logrus.NewEntry(n.log)),
+		plugin.WithStubOptions(stub.WithPluginIdx("30")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "plugin ID already set") {
+		t.Fatalf("Run with a configuration the stub refuses: %v, want it to end with the stub's reason", err)
 	}
 }
