@@ -112,6 +112,7 @@ const (
 	OutcomeYielded    Outcome = "yielded"     // this owner yielded to a taker
 	OutcomeDeclined   Outcome = "declined"    // this instance refused a taker
 	OutcomePromoted   Outcome = "promoted"    // became owner after the owner vanished
+	OutcomeNotReady   Outcome = "not-ready"   // claimed, but ready (the author's Synchronize) failed: given back
 )
 
 func (c *Coordinator) report(o Outcome, since time.Time) {
@@ -123,16 +124,19 @@ func (c *Coordinator) report(o Outcome, since time.Time) {
 // Coordinator owns the role of one plugin instance and speaks the handover
 // protocol with the plugin's other instances on the node.
 //
-// Locking: events is held by the plugin harness for the whole of each NRI
-// event (Enter/Exit) and by every role change, so a role never changes
-// while an event is being handled. mu guards the fields below it and is
-// always taken after events, never before.
+// Locking: events is a one-slot semaphore held by the plugin harness for
+// the whole of each NRI event (Enter/Exit) and by every role change, so a
+// role never changes while an event is being handled; every wait for it
+// outside an event is bounded (by a request, the coordinator's life or the
+// leave timeout), so an author's handler that never returns cannot hang a
+// stop. mu guards the fields below it and is always taken after events,
+// never before.
 type Coordinator struct {
 	cfg  Config
 	self *api.Instance
 	log  *logrus.Entry
 
-	events sync.Mutex
+	events chan struct{}
 
 	mu           sync.Mutex
 	role         api.Role
@@ -188,6 +192,7 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg:      cfg,
 		self:     s,
 		role:     api.Role_ROLE_JOINING,
+		events:   make(chan struct{}, 1),
 		watchers: map[string]*api.Instance{},
 		changed:  make(chan struct{}),
 	}
@@ -262,7 +267,7 @@ func (c *Coordinator) Self() *api.Instance { return c.self }
 // over by force while this one was unresponsive, e.g. stopped with SIGSTOP —
 // this instance retires on the spot instead of acting a second time.
 func (c *Coordinator) Enter() api.Role {
-	c.events.Lock()
+	c.events <- struct{}{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.role == api.Role_ROLE_OWNER && c.superseded() {
@@ -323,7 +328,21 @@ func (c *Coordinator) superseded() bool {
 }
 
 // Exit ends the handling of the event begun by Enter.
-func (c *Coordinator) Exit() { c.events.Unlock() }
+func (c *Coordinator) Exit() { <-c.events }
+
+// holdEvents waits, until ctx ends, for no event to be in progress and
+// keeps the next one out until releaseEvents. It reports whether it got
+// there.
+func (c *Coordinator) holdEvents(ctx context.Context) bool {
+	select {
+	case c.events <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (c *Coordinator) releaseEvents() { <-c.events }
 
 // Status returns a snapshot of this instance's state.
 func (c *Coordinator) Status() *api.StatusResponse {
@@ -350,7 +369,14 @@ func (c *Coordinator) statusLocked() *api.StatusResponse {
 // Ready reports whether this instance owns the plugin, with a one-line
 // reason: the readiness a DaemonSet rollout should wait for.
 func (c *Coordinator) Ready() (bool, string) {
-	st := c.Status()
+	c.mu.Lock()
+	st, settling := c.statusLocked(), c.claiming
+	c.mu.Unlock()
+	if st.Role == api.Role_ROLE_OWNER && settling {
+		// Owner inside its Synchronize, not yet made ready: it may still
+		// give ownership back.
+		return false, "owner: claim not settled yet"
+	}
 	if st.Role == api.Role_ROLE_OWNER {
 		if c.superseded() {
 			return false, "owner: " + supersededReason
@@ -387,27 +413,137 @@ func (c *Coordinator) notifyLocked() {
 	c.changed = make(chan struct{})
 }
 
-// Claim negotiates this instance's role. The plugin harness calls it from
-// its NRI Synchronize handler: the runtime holds its sync lock then, so no
-// event is in flight at any instance and ownership moves exactly between
-// two events. Claim is bounded by the configured claim timeout and returns
-// the role this instance now has; an error means the claim could not be
-// made (the instance then keeps a role that does not act).
-func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) {
+// Claim negotiates this instance's role; it is ClaimThen with nothing to
+// make ready.
+func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.ClaimThen(ctx, nil) }
+
+// ClaimThen negotiates this instance's role. The plugin harness calls it
+// from its NRI Synchronize handler: the runtime holds its sync lock then,
+// so no event is in flight at any instance and ownership moves exactly
+// between two events. It returns the role this instance now has; an error
+// means the claim could not be made (the instance then keeps a role that
+// does not act).
+//
+// If the claim makes this instance owner, ready (the author's Synchronize)
+// runs before the claim settles, bounded by the settle deadline: ownership
+// passes for good only once ready has succeeded. If ready fails or does not
+// return in time, this instance gives ownership back: it becomes standby
+// and waits, still inside the runtime's Synchronize and so still fenced,
+// until the instance that yielded to it owns the plugin again. The same
+// wait follows a claim that was granted but could not be finished (its
+// deadline passed before publishing: model finding F7). A failed newcomer
+// therefore changes nothing.
+func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context) error) (api.Role, error) {
 	start := time.Now()
 	before := c.currentRole()
-	budget := c.cfg.ClaimTimeout
-	if deadline, ok := ctx.Deadline(); ok {
-		// The runtime's request timeout arrives as the deadline: stay within
-		// half of it, so the runtime never drops a newcomer that just took
-		// over.
-		budget = min(budget, time.Until(deadline)/2)
-	}
+	w := newClaimWindow(ctx, start, c.cfg.ClaimTimeout, ready != nil)
 	c.setClaiming(true)
-	role, err := c.claim(ctx, start.Add(budget))
-	c.setClaiming(false)
-	c.report(claimOutcome(before, role, c.Status().Reason, err), start)
+	var grant claimGrant
+	role, err := c.claim(ctx, w, &grant)
+	outcome := claimOutcome(before, role, c.Status().Reason, err)
+	if role == api.Role_ROLE_OWNER && ready != nil {
+		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
+			outcome = OutcomeNotReady
+			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
+			c.demote(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), true)
+			role = api.Role_ROLE_STANDBY
+		}
+	}
+	c.setClaiming(false) // settled: a yielded owner waiting on it decides now
+	if role != api.Role_ROLE_OWNER && grant.from != "" {
+		c.awaitTakeBack(grant.from, w.returnBy)
+	}
+	c.report(outcome, start)
 	return role, err
+}
+
+// ErrNotReady is returned by ClaimThen when this instance claimed
+// ownership but its ready function failed or overran: ownership was given
+// back to the instance it was taken from.
+var ErrNotReady = errors.New("not ready; ownership given back")
+
+// claimWindow holds the deadlines of one claim, all on this process's
+// monotonic clock.
+type claimWindow struct {
+	publishBy time.Time // the owner name is published before it, or not at all
+	settleBy  time.Time // the claim settles (ready returned) before it; the owner is told
+	returnBy  time.Time // a claim that did not settle as owner waits for the take-back until then
+}
+
+// newClaimWindow computes a claim's deadlines. The runtime's request
+// timeout arrives as ctx's deadline: the claim proper takes at most half of
+// what is left (and at most timeout), making ready may go on to five
+// eighths, and waiting for a take-back to seven eighths, so the runtime
+// never drops a newcomer for slowness, and a yielded owner that takes back
+// from a taker hung past its settle deadline (plus takeBackGrace) does so
+// before the runtime gives up on the taker and runs events again. Without a deadline, the claim takes
+// timeout, ready as long again, the wait for a take-back another timeout.
+func newClaimWindow(ctx context.Context, start time.Time, timeout time.Duration, withReady bool) claimWindow {
+	budget := timeout
+	deadline, ok := ctx.Deadline()
+	left := deadline.Sub(start)
+	if ok {
+		budget = min(budget, left/2)
+	}
+	w := claimWindow{publishBy: start.Add(budget)}
+	switch {
+	case !withReady:
+		w.settleBy = w.publishBy
+	case ok:
+		w.settleBy = start.Add(max(budget, left*5/8))
+	default:
+		w.settleBy = w.publishBy.Add(budget)
+	}
+	w.returnBy = w.settleBy.Add(budget)
+	if ok {
+		w.returnBy = start.Add(max(budget, left*7/8))
+	}
+	return w
+}
+
+// claimGrant records that an owner accepted this claim's Yield.
+type claimGrant struct {
+	from  string // the instance that yielded
+	epoch uint64 // the epoch it granted
+}
+
+// runBy runs ready with a context that ends at by, and returns its error,
+// or an error saying it did not return in time. A ready that overruns is
+// left running; its result is ignored.
+func runBy(parent context.Context, by time.Time, ready func(context.Context) error) error {
+	start := time.Now()
+	ctx, cancel := context.WithDeadline(parent, by)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ready(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		if parent.Err() != nil {
+			return fmt.Errorf("the Synchronize request ended before the plugin's Synchronize returned: %w", parent.Err())
+		}
+		// Not wrapped: the runtime would take the text for its own timeout.
+		return fmt.Errorf("the plugin's Synchronize did not return within %v", by.Sub(start).Round(time.Millisecond))
+	}
+}
+
+// awaitTakeBack waits, until by, for the instance that yielded to this one
+// to publish itself as owner again once this claim settled as not owner.
+// It runs inside the runtime's Synchronize, so no event can fall between
+// the give-back and the take-back.
+func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
+	const poll = time.Millisecond
+	for time.Now().Before(by) {
+		if id, err := c.cfg.Dir.ownerID(); err == nil && id != c.ownSocket {
+			return // the name leads elsewhere: taken back (or another claim won)
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		time.Sleep(poll)
+	}
+	c.log.WithField("predecessor", from).Warn("gave ownership back, but the predecessor did not take it back in time")
 }
 
 // setClaiming records whether a claim is in progress; a yielded owner that
@@ -452,7 +588,8 @@ func claimOutcome(before, after api.Role, reason string, err error) Outcome {
 // deadline (see becomeOwner). The owner is told the deadline: it refuses a
 // request that comes too late, and takes ownership back if this instance
 // yields no sign of owning shortly after it (watchSuccessor).
-func (c *Coordinator) claim(parent context.Context, deadline time.Time) (api.Role, error) {
+func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimGrant) (api.Role, error) {
+	deadline := w.publishBy
 	budget := time.Until(deadline)
 	lctx, cancel := context.WithDeadline(parent, time.Now().Add(budget/4))
 	defer cancel()
@@ -490,6 +627,12 @@ func (c *Coordinator) claim(parent context.Context, deadline time.Time) (api.Rol
 		return c.takeBackIfOrphaned(ctx)
 	}
 
+	if id, err := c.cfg.Dir.ownerID(); err == nil && id == c.ownSocket {
+		// The name leads here, to an instance that does not own: it gave
+		// ownership back with nobody to take it (its ready failed with no
+		// previous owner). Nobody else owns.
+		return c.becomeOwner(nil, 0, "owner name leads to this instance", time.Now(), deadline)
+	}
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
 		return c.becomeOwner(nil, 0, "no owner on the node", time.Now(), deadline)
@@ -499,7 +642,7 @@ func (c *Coordinator) claim(parent context.Context, deadline time.Time) (api.Rol
 		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %w", err)
 	}
 	defer owner.Close()
-	return c.askToYield(ctx, owner, true, deadline)
+	return c.askToYield(ctx, owner, true, w, grant)
 }
 
 // giveUpClaim ends a claim that could not be made in time. Only an instance
@@ -514,11 +657,13 @@ func (c *Coordinator) giveUpClaim(reason string) {
 
 // setRole changes the role, waiting for the event in progress to end.
 func (c *Coordinator) setRole(role api.Role, reason string) {
-	c.events.Lock()
+	if !c.holdEvents(c.ctx) {
+		return // closing
+	}
 	c.mu.Lock()
 	c.setLocked(role, reason)
 	c.mu.Unlock()
-	c.events.Unlock()
+	c.releaseEvents()
 }
 
 // retryClaimLater asks for a new claim after a pause when a claim found the
@@ -546,11 +691,14 @@ func (c *Coordinator) retryClaimLater() {
 // askToYield sends Yield to owner and takes the answer. A retired instance
 // that still holds the owner name answers with its successor, which is
 // asked once in its turn. Call with the claim lock.
-func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool, deadline time.Time) (api.Role, error) {
+func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool, w claimWindow, grant *claimGrant) (api.Role, error) {
 	start := time.Now()
+	deadline := w.publishBy
 	resp, err := owner.Yield(ctx, &api.YieldRequest{
-		Taker:                 c.self,
-		ClaimDeadlineUnixNano: start.Add(deadline.Sub(start)).UnixNano(), // wall clock, for the peer
+		Taker: c.self,
+		// The owner waits for the claim to settle until then (wall clock,
+		// for the peer).
+		ClaimDeadlineUnixNano: start.Add(w.settleBy.Sub(start)).UnixNano(),
 	})
 	if err != nil && ctx.Err() == context.Canceled {
 		// The Synchronize this claim runs in has ended (the connection
@@ -566,6 +714,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start, deadline)
 	}
 	if resp.Accepted {
+		grant.from, grant.epoch = resp.Owner.GetId(), resp.Epoch
 		c.failpoint(StepYieldAnswered)
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
 			resp.Owner.GetId(), resp.Owner.GetVersion()), start, deadline)
@@ -579,7 +728,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
 		if err == nil {
 			defer next.Close()
-			return c.askToYield(ctx, next, false, deadline)
+			return c.askToYield(ctx, next, false, w, grant)
 		}
 		if errors.Is(err, ErrNoInstance) {
 			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start, deadline)
@@ -627,13 +776,15 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	if err := c.cfg.Dir.writeEpoch(epoch); err != nil {
 		c.log.WithError(err).Warn("epoch not recorded")
 	}
-	c.events.Lock()
+	if !c.holdEvents(c.ctx) {
+		return c.currentRole(), errors.New("handover: instance is closing; not taking ownership")
+	}
 	c.mu.Lock()
 	if c.left {
 		// Leave finished while publishing: the name leads to an instance
 		// that will not act; its watchers claim once it is gone.
 		c.mu.Unlock()
-		c.events.Unlock()
+		c.releaseEvents()
 		return c.currentRole(), errors.New("handover: instance is stopping; not taking ownership")
 	}
 	c.epoch = epoch
@@ -647,7 +798,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	}
 	c.setLocked(api.Role_ROLE_OWNER, reason)
 	c.mu.Unlock()
-	c.events.Unlock()
+	c.releaseEvents()
 	c.failpoint(StepOwner)
 	return api.Role_ROLE_OWNER, nil
 }
@@ -709,8 +860,10 @@ func (c *Coordinator) ownerAlive(ctx context.Context) bool {
 	if st.Role == api.Role_ROLE_OWNER {
 		return true
 	}
-	// A retired instance still holds the name; ask for its successor.
-	if succ := st.LastHandover.GetToId(); succ != "" && succ != c.self.Id {
+	// A retired instance still holds the name; ask for its successor. A
+	// standby or joining holder owns nothing: it published, then gave
+	// ownership back (its ready failed) or could not finish its claim.
+	if succ := st.LastHandover.GetToId(); st.Role == api.Role_ROLE_RETIRED && succ != "" && succ != c.self.Id {
 		if sc, err := Dial(ctx, c.cfg.Dir.InstanceSocket(succ)); err == nil {
 			sc.Close()
 			return true
@@ -728,13 +881,15 @@ func (c *Coordinator) currentRole() api.Role {
 // demote sets a role that does not act. With watch, a standby starts
 // watching the owner so it can claim again when the owner leaves or dies.
 func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
-	c.events.Lock()
+	if !c.holdEvents(c.ctx) {
+		return // closing
+	}
 	c.mu.Lock()
 	wasStandby := c.role == api.Role_ROLE_STANDBY
 	c.setLocked(role, reason)
 	closed := c.closed
 	c.mu.Unlock()
-	c.events.Unlock()
+	c.releaseEvents()
 	if watch && role == api.Role_ROLE_STANDBY && !wasStandby && !closed {
 		c.wg.Add(1)
 		go c.watchOwner()
@@ -753,8 +908,12 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		wait = time.Until(time.Unix(0, d))
 	}
 	deadline := time.Now().Add(min(wait, maxClaimWait))
-	c.events.Lock()
-	defer c.events.Unlock()
+	lockCtx, cancel := context.WithDeadline(ctx, deadline)
+	held := c.holdEvents(lockCtx)
+	cancel()
+	if held {
+		defer c.releaseEvents()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	wait = time.Until(deadline) // the locks may have taken a while
@@ -767,6 +926,10 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}
 	}
 	switch {
+	case !held:
+		// An event handler of this instance has not returned by the
+		// taker's deadline: answering now would not be atomic with it.
+		return refuse("an event handler did not return by the taker's claim deadline")
 	case taker.GetPlugin() != c.self.Plugin:
 		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
 	case taker.GetId() == "" || taker.GetId() == c.self.Id:
@@ -1113,48 +1276,38 @@ func (c *Coordinator) isClosed() bool {
 }
 
 // Leave is called when the instance is asked to stop. An owner tells its
-// standbys that it is leaving and waits, until ctx ends or no standby is
-// left alive, for one of them to take over (a standby reconnects to the
+// standbys that it is leaving, keeps acting, and waits until ctx ends for a
+// successor to take over: one of its standbys (which reconnects to the
 // runtime and claims inside its new Synchronize, so the switch stays
-// fenced). Whatever the outcome, the instance acts on no event afterwards.
-// It returns true if ownership was handed over (or was not held).
+// fenced) or, with none running, a new instance (a DaemonSet re-creates a
+// deleted pod within tens of milliseconds). Whatever the outcome, the
+// instance acts on no event afterwards. Leave returns by the time ctx ends
+// even if an event handler never returns. It returns true if ownership was
+// handed over (or was not held).
 func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Lock()
-	var standbys []string
-	if c.role == api.Role_ROLE_OWNER {
-		for id := range c.watchers {
-			standbys = append(standbys, id)
-		}
-	}
-	if len(standbys) > 0 {
+	owner := c.role == api.Role_ROLE_OWNER
+	if owner {
 		c.leaving = true
 		c.notifyLocked()
-		c.log.WithField("standbys", len(standbys)).Info("leaving: waiting for a standby to take over")
+		c.log.WithField("standbys", len(c.watchers)).Info("leaving: acting until a successor takes over")
 	}
 	c.mu.Unlock()
-
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for len(standbys) > 0 {
-		c.mu.Lock()
-		owner, pending, watched, ch := c.role == api.Role_ROLE_OWNER, c.pending, len(c.watchers) > 0, c.changed
-		c.mu.Unlock()
-		// Handed over once the successor finished its claim as owner; if
-		// it does not, this instance takes ownership back and goes on
-		// waiting for another standby.
-		if !owner && !pending || owner && !watched && !c.anyAlive(ctx, standbys) {
-			break
-		}
-		select {
-		case <-ch:
-		case <-tick.C: // a standby between two watches: probe again
-		case <-ctx.Done():
-			c.log.Warn("leaving: no standby took over in time")
-			standbys = nil
-		}
+	if owner {
+		c.awaitSuccessor(ctx)
 	}
 
-	c.events.Lock()
+	// A handler that does not return by ctx's end is left behind: the
+	// event it is in was this instance's; no later one is.
+	held := c.holdEvents(ctx)
+	if !held {
+		select {
+		case c.events <- struct{}{}:
+			held = true
+		default:
+			c.log.Warn("leaving: an event handler has not returned; stopping without waiting for it")
+		}
+	}
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER
 	c.leaving = true
@@ -1163,8 +1316,32 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
 	}
 	c.mu.Unlock()
-	c.events.Unlock()
+	if held {
+		c.releaseEvents()
+	}
 	return handed
+}
+
+// awaitSuccessor waits, until ctx ends, for this leaving owner to have
+// handed over: it yielded and its successor finished its claim as owner.
+// A successor that does not finish is taken back from (watchSuccessor),
+// and the wait goes on for another.
+func (c *Coordinator) awaitSuccessor(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		handed := c.role != api.Role_ROLE_OWNER && !c.pending
+		ch := c.changed
+		c.mu.Unlock()
+		if handed {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			c.log.Warn("leaving: no successor took over in time")
+			return
+		}
+	}
 }
 
 // anyAlive reports whether any of the instances still serves its socket.

@@ -40,8 +40,9 @@ type Dir struct {
 	fd     int // the directory, opened O_PATH once: owner checks stat relative to it
 
 	// gen is owner.gen mapped shared: the changes of the owner name (see
-	// ownerGeneration) and the last epoch (readEpoch) as 64-bit counters. genMu guards the mapping
-	// against Close (read-locked to use it); nil once closed.
+	// ownerGeneration) and the last epoch (readEpoch) as 64-bit counters.
+	// genMu guards fd and the mapping against Close (read-locked to use
+	// them); fd is -1 and gen nil once closed.
 	genMu sync.RWMutex
 	gen   []byte
 }
@@ -135,13 +136,13 @@ func (d *Dir) bumpOwnerGeneration() {
 // Close releases the directory handle and the generation mapping. The
 // files are left alone.
 func (d *Dir) Close() error {
+	d.genMu.Lock()
+	defer d.genMu.Unlock()
 	if d.fd < 0 {
 		return nil
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
-	d.genMu.Lock()
-	defer d.genMu.Unlock()
 	if d.gen != nil {
 		err = errors.Join(err, unix.Munmap(d.gen))
 		d.gen = nil
@@ -152,6 +153,11 @@ func (d *Dir) Close() error {
 // ownerID returns the identity of the file behind the owner name: one
 // fstatat(2) relative to the open directory, cheap enough for every event.
 func (d *Dir) ownerID() (fileID, error) {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.fd < 0 {
+		return fileID{}, errors.New("handover directory closed")
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(d.fd, ownerSocketName, &st, 0); err != nil {
 		return fileID{}, fmt.Errorf("stat %s: %w", d.OwnerSocket(), err)

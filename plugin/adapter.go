@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -99,49 +101,65 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 // Synchronize is where ownership moves: the runtime runs no event while a
 // plugin synchronizes, so the claim made here falls exactly between two
 // events for every instance. Only the owner's author sees Synchronize, with
-// the containers no instance of this plugin has stamped.
+// the containers no instance of this plugin has stamped, and ownership
+// passes for good only once it has succeeded: an author Synchronize that
+// fails or overruns gives ownership back to the previous owner before the
+// runtime sees the error (handover.Coordinator.ClaimThen).
 func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p := a.p
 	defer a.syncedOnce.Do(func() { close(a.synced) })
 	wasOwner := p.coord.Status().Role == RoleOwner
-	role, err := p.coord.Claim(ctx)
+	syncer, hasSync := p.author.(stub.SynchronizeInterface)
+	r, hasReconcile := p.author.(ReconcileInterface)
+	reconcile := hasReconcile && !wasOwner
+	var (
+		updates []*api.ContainerUpdate
+		older   []*StampedContainer
+	)
+	// ready runs once this instance has claimed ownership. Every stamp is
+	// verified (a bad one is counted and logged); the lists are built only
+	// for the hooks the author has: with 10,000 containers they are what
+	// the harness holds on to while it synchronizes.
+	ready := func(ctx context.Context) error {
+		var fresh []*api.Container
+		for _, c := range ctrs {
+			if !reconcile {
+				if p.check(c) != nil && hasSync {
+					fresh = append(fresh, c)
+				}
+				continue
+			}
+			st, err := p.verify(c)
+			switch {
+			case err != nil:
+				if hasSync {
+					fresh = append(fresh, c)
+				}
+			case st.Older(p.version):
+				older = append(older, &StampedContainer{Container: c, Stamp: st})
+			}
+		}
+		if !hasSync {
+			return nil
+		}
+		u, err := syncer.Synchronize(ctx, pods, fresh)
+		if err != nil {
+			return fmt.Errorf("author Synchronize: %w", err)
+		}
+		updates = u
+		return nil
+	}
+	role, err := p.coord.ClaimThen(ctx, ready)
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
 	if role != RoleOwner {
-		return nil, nil
-	}
-
-	// Every stamp is verified (a bad one is counted and logged); the lists
-	// are built only for the hooks the author has: with 10,000 containers
-	// they are what the harness holds on to while it synchronizes.
-	syncer, hasSync := p.author.(stub.SynchronizeInterface)
-	r, hasReconcile := p.author.(ReconcileInterface)
-	reconcile := hasReconcile && !wasOwner
-	var fresh []*api.Container
-	var older []*StampedContainer
-	for _, c := range ctrs {
-		if !reconcile {
-			if p.check(c) != nil && hasSync {
-				fresh = append(fresh, c)
-			}
-			continue
-		}
-		st, err := p.verify(c)
-		switch {
-		case err != nil:
-			if hasSync {
-				fresh = append(fresh, c)
-			}
-		case st.Older(p.version):
-			older = append(older, &StampedContainer{Container: c, Stamp: st})
-		}
-	}
-	var updates []*api.ContainerUpdate
-	if hasSync {
-		if updates, err = syncer.Synchronize(ctx, pods, fresh); err != nil {
+		if errors.Is(err, handover.ErrNotReady) {
+			// The runtime drops an instance whose Synchronize fails, as it
+			// would a bare stub plugin; the harness reconnects later.
 			return nil, err
 		}
+		return nil, nil
 	}
 	if reconcile {
 		go func() {

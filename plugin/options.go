@@ -22,6 +22,9 @@ const (
 	EnvDir = "NRI_HANDOVER_DIR"
 	// EnvPolicy selects the handover policy by name.
 	EnvPolicy = "NRI_HANDOVER_POLICY"
+	// EnvLeaveTimeout sets the leave timeout (WithLeaveTimeout) as a Go
+	// duration, e.g. "10s".
+	EnvLeaveTimeout = "NRI_HANDOVER_LEAVE_TIMEOUT"
 	// EnvFailpoint is for fault tests only: "<step>:<action>" makes the
 	// instance kill itself (action "kill", SIGKILL) or stop itself ("stop",
 	// SIGSTOP) when the handover protocol reaches step (a handover.Step,
@@ -107,8 +110,12 @@ func WithClaimTimeout(d time.Duration) Option {
 	}
 }
 
-// WithLeaveTimeout bounds how long a stopping owner waits for a standby to
-// take over (default 10 s). Keep it below the pod's termination grace period.
+// WithLeaveTimeout bounds how long a stopping owner keeps acting while it
+// waits for a successor to take over: a standby, or with none running a new
+// instance (the pod re-created by its DaemonSet). Default 10 s, or
+// $NRI_HANDOVER_LEAVE_TIMEOUT. Keep it below the pod's termination grace
+// period. An owner with no successor in time, or whose runtime connection
+// is gone, stops without a handover.
 func WithLeaveTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -206,6 +213,15 @@ func (c *config) applyDefaults() error {
 	}
 	if c.claimTimeout == 0 {
 		c.claimTimeout = handover.DefaultClaimTimeout
+	}
+	if c.leaveTimeout == 0 {
+		if v := os.Getenv(EnvLeaveTimeout); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("$%s=%q: want a positive duration such as 10s", EnvLeaveTimeout, v)
+			}
+			c.leaveTimeout = d
+		}
 	}
 	if c.leaveTimeout == 0 {
 		c.leaveTimeout = handover.DefaultLeaveTimeout

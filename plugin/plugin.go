@@ -347,23 +347,23 @@ func (p *Plugin) Run(ctx context.Context) error {
 		if err != nil {
 			var permanent *configError
 			if errors.As(err, &permanent) {
-				p.leave()
+				p.leave(nil)
 				return err
 			}
 			if ctx.Err() != nil {
-				p.leave()
+				p.leave(nil)
 				return nil
 			}
 			p.log.WithError(err).Warn("cannot connect to the runtime; retrying")
 			if !delay.Wait(ctx) {
-				p.leave()
+				p.leave(nil)
 				return nil
 			}
 			continue
 		}
 		switch p.serve(ctx, c) {
 		case stopped:
-			p.leave()
+			p.leave(c.closed)
 			p.disconnect(c)
 			return nil
 		case lost:
@@ -376,7 +376,7 @@ func (p *Plugin) Run(ctx context.Context) error {
 			default:
 			}
 			if !delay.Wait(ctx) {
-				p.leave()
+				p.leave(nil)
 				return nil
 			}
 		case resync:
@@ -484,15 +484,30 @@ func (p *Plugin) disconnect(c *conn) {
 	c.stub.Stop()
 }
 
-// leave hands ownership to a standby, if there is one, before this instance
-// stops; afterwards the instance acts on nothing.
-func (p *Plugin) leave() {
+// leave hands ownership over before this instance stops; afterwards the
+// instance acts on nothing. While its runtime connection is up (lost is
+// open), an owner keeps acting and waits, up to the leave timeout, for a
+// successor: a standby, or a new instance started meanwhile. Without a
+// connection (lost nil or closed) it acts on nothing anyway, and a newcomer
+// finds no owner to wait for: it leaves at once.
+func (p *Plugin) leave(lost <-chan struct{}) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
 	defer cancel()
+	if lost == nil {
+		cancel()
+	} else {
+		go func() {
+			select {
+			case <-lost:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if handed := p.coord.Leave(ctx); handed {
 		p.log.Info("stopped; ownership is with another instance")
 	} else {
-		p.log.Info("stopped as owner; no standby took over")
+		p.log.Info("stopped as owner; no successor took over")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -267,7 +268,8 @@ func TestIdentityFromNRIEnvironment(t *testing.T) {
 	n := newNode(t)
 	p, err := plugin.New(n.auditPlugin("env-only", "1.0.0"), plugin.WithVersion("1.0.0"),
 		plugin.WithSocketPath(n.rt.SocketPath()), plugin.WithHandoverDir(n.root),
-		plugin.WithInstanceID("env-only"), plugin.WithLogger(logrus.NewEntry(n.log)))
+		plugin.WithInstanceID("env-only"), plugin.WithLogger(logrus.NewEntry(n.log)),
+		plugin.WithLeaveTimeout(time.Millisecond)) // no successor to wait for
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +281,7 @@ func TestIdentityFromNRIEnvironment(t *testing.T) {
 	}
 	r.stop(t)
 
-	same := n.start("same-again", "1.0.0") // WithPluginName("audit"), WithPluginIdx("10") as well
+	same := n.start("same-again", "1.0.0", plugin.WithLeaveTimeout(time.Millisecond)) // WithPluginName("audit"), WithPluginIdx("10") as well
 	waitRole(t, same, plugin.RoleOwner)
 	same.stop(t)
 

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,19 +40,35 @@ type node struct {
 	root   string
 	ledger *sim.Ledger
 	log    *logrus.Logger
+	// instances are stopped after the runtime when the test ends; only
+	// the test's goroutine appends to it.
+	instances []*running
 }
 
 // newNode starts a node whose instances log to stderr with -v only.
+//
+// When the test ends, the runtime stops first and the instances after it,
+// all at once: an owner asked to stop waits for a successor up to its leave
+// timeout (a second, unless the test sets another).
 func newNode(t *testing.T) *node {
 	t.Helper()
-	rt := testutil.StartRuntime(t, sim.Options{})
-	root := testutil.ShortTempDir(t, "nho-")
-	log := logrus.New()
-	log.SetOutput(io.Discard)
+	n := &node{t: t, ledger: sim.NewLedger()}
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, r := range n.instances {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = r.run.Stop() }()
+		}
+		wg.Wait()
+	})
+	n.rt = testutil.StartRuntime(t, sim.Options{})
+	n.root = testutil.ShortTempDir(t, "nho-")
+	n.log = logrus.New()
+	n.log.SetOutput(io.Discard)
 	if testing.Verbose() {
-		log.SetOutput(os.Stderr)
+		n.log.SetOutput(os.Stderr)
 	}
-	return &node{t: t, rt: rt, root: root, ledger: sim.NewLedger(), log: log}
+	return n
 }
 
 // running is one started harness instance.
@@ -151,14 +168,14 @@ func (n *node) start(id, ver string, opts ...plugin.Option) *running {
 func (n *node) startAuthor(id, ver string, author interface{}, opts ...plugin.Option) *running {
 	n.t.Helper()
 	p, err := plugin.New(author, append(append(testutil.AuditOptions(n.rt, n.root, id, ver),
-		plugin.WithLeaveTimeout(5*time.Second),
+		plugin.WithLeaveTimeout(time.Second),
 		plugin.WithLogger(logrus.NewEntry(n.log)),
 	), opts...)...)
 	if err != nil {
 		n.t.Fatal(err)
 	}
 	r := &running{p: p, author: author, run: testutil.Run(p)}
-	n.t.Cleanup(func() { _ = r.run.Stop() })
+	n.instances = append(n.instances, r)
 	return r
 }
 
@@ -177,6 +194,13 @@ func runBriefly(t *testing.T, p *plugin.Plugin) {
 func waitRole(t *testing.T, r *running, role plugin.Role) {
 	t.Helper()
 	testutil.WaitStatus(t, r.p, "role "+role.String(), func(st *hapi.StatusResponse) bool { return st.Role == role })
+}
+
+// waitReady waits on change notifications until r is ready: it owns the
+// plugin and its claim has settled (the author's Synchronize returned).
+func waitReady(t *testing.T, r *running) {
+	t.Helper()
+	testutil.WaitStatus(t, r.p, "ready", func(*hapi.StatusResponse) bool { ok, _ := r.p.Ready(); return ok })
 }
 
 // refusedStandby starts a node with an owner, a-v2 (2.0.0), and a newcomer

@@ -187,7 +187,9 @@ func childEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "GORACE="+gorace)
+	// A stopping owner waits for a successor up to its leave timeout; the
+	// scenarios stop their last owner with none to come.
+	return append(env, "GORACE="+gorace, "NRI_HANDOVER_LEAVE_TIMEOUT=1s")
 }
 
 // dumpLogsOnFailure logs the end of every plugin process's log if the test

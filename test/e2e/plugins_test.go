@@ -213,7 +213,9 @@ func (e *env) startProc(t *testing.T, bin string, args []string, logPath string)
 	cmd := exec.Command(bin, args...)
 	// A race-detector build otherwise sleeps 1 s before exiting, which
 	// would distort how fast a retired instance leaves on SIGTERM.
-	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0")
+	// A stopping owner waits for a successor up to its leave timeout: the
+	// tests stop their last owner with none to come.
+	cmd.Env = append(os.Environ(), "GORACE=atexit_sleep_ms=0", "NRI_HANDOVER_LEAVE_TIMEOUT=2s")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,117 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/testutil"
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/sample-plugins/audit"
+)
+
+// steadyLoad runs pod life cycles on the node's runtime until the returned
+// function is called; that function waits for the last one to finish.
+func (n *node) steadyLoad() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			if err := n.rt.Lifecycle(context.Background(), fmt.Sprintf("load%d", i), 2); err != nil {
+				n.t.Error(err)
+				return
+			}
+		}
+	}()
+	return func() { cancel(); wg.Wait() }
+}
+
+// TestStoppingOwnerWaitsForSuccessor: an owner asked to stop with no
+// standby running (its pod deleted; the DaemonSet re-creates it a moment
+// later) keeps acting and hands over to the instance that starts next,
+// instead of leaving the node without an owner: every event of a steady
+// load is acted on exactly once, across the stop.
+func TestStoppingOwnerWaitsForSuccessor(t *testing.T) {
+	n := newNode(t)
+	v1 := n.start("a-v1", "1.0.0")
+	waitReady(t, v1)
+	stopLoad := n.steadyLoad()
+
+	stopped := make(chan error, 1)
+	go func() { stopped <- v1.run.Stop() }()
+	testutil.WaitStatus(t, v1.p, "v1 leaving", func(st *hapi.StatusResponse) bool { return st.Leaving })
+	if v1.p.Role() != plugin.RoleOwner {
+		t.Fatalf("a stopping owner with no successor yet is %s, want it to keep owning", v1.p.Role())
+	}
+	// Events while it waits: only v1 runs, so the ledger check at the end
+	// (nothing missed) means v1 acted on them.
+	if err := n.rt.Lifecycle(context.Background(), "while-leaving", 2); err != nil {
+		t.Fatal(err)
+	}
+
+	v2 := n.start("b-v1", "1.0.0") // the re-created pod
+	if err := <-stopped; err != nil {
+		t.Fatalf("v1's Run: %v", err)
+	}
+	waitReady(t, v2)
+	if h := v1.p.Status().LastHandover; h.GetToId() != "b-v1" {
+		t.Fatalf("v1's last handover %v, want to b-v1", h)
+	}
+	stopLoad()
+	rep := n.check()
+	if rep.ByInstance["a-v1"] == 0 || rep.ByInstance["b-v1"] == 0 {
+		t.Fatalf("acts by instance %v: want both", rep.ByInstance)
+	}
+}
+
+// stuckStart is the audit plugin whose StartContainer never returns (until
+// the test ends).
+type stuckStart struct {
+	*audit.Plugin
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stuckStart) StartContainer(context.Context, *api.PodSandbox, *api.Container) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return nil
+}
+
+// TestStuckHandlerDoesNotBlockStop: an author handler that never returns
+// (the runtime drops the instance after its request timeout) does not keep
+// Run from returning once it is asked to stop: Run returns within the leave
+// timeout, as a bare stub's Stop does.
+func TestStuckHandlerDoesNotBlockStop(t *testing.T) {
+	n := newNode(t)
+	author := &stuckStart{Plugin: n.auditPlugin("a-v1", "1.0.0"), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	t.Cleanup(func() { close(author.release) })
+	const leave = time.Second
+	v1 := n.startAuthor("a-v1", "1.0.0", author, plugin.WithLeaveTimeout(leave))
+	waitRole(t, v1, plugin.RoleOwner)
+	go func() { _ = n.rt.Lifecycle(context.Background(), "stuck", 1) }() // ends once the runtime drops v1
+	<-author.entered
+
+	start := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- v1.run.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		t.Logf("Run returned %v after the stop, with a handler still stuck", time.Since(start).Round(time.Millisecond))
+	case <-time.After(leave + 5*time.Second):
+		t.Fatalf("Run has not returned %v after the stop (leave timeout %v): a stuck handler blocks it", time.Since(start), leave)
+	}
+}
