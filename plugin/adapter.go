@@ -61,6 +61,12 @@ type adapter struct {
 	synced     chan struct{} // closed when Synchronize has returned
 	syncedOnce sync.Once
 	closed     atomic.Bool // set before the connection is closed by this instance
+	// replaces is the connection this one takes over from: it is closed
+	// from inside this one's Synchronize (see replace). quiet: this
+	// connection only does that, subscribed to quietEvent, acting on
+	// nothing.
+	replaces *conn
+	quiet    bool
 }
 
 var (
@@ -84,6 +90,11 @@ var (
 // Configure subscribes to the author's events (narrowed by the author's own
 // Configure, if any) and always to CreateContainer, which stamps.
 func (a *adapter) Configure(ctx context.Context, config, runtime, version string) (api.EventMask, error) {
+	if a.quiet {
+		var m api.EventMask
+		m.Set(quietEvent)
+		return m, nil
+	}
 	events := a.p.handles
 	if h, ok := a.p.author.(stub.ConfigureInterface); ok {
 		m, err := h.Configure(ctx, config, runtime, version)
@@ -108,6 +119,10 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p := a.p
 	defer a.syncedOnce.Do(func() { close(a.synced) })
+	if a.quiet {
+		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+		return nil, nil
+	}
 	wasOwner := p.coord.Status().Role == RoleOwner
 	syncer, hasSync := p.author.(stub.SynchronizeInterface)
 	r, hasReconcile := p.author.(ReconcileInterface)
@@ -153,12 +168,16 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
+	if errors.Is(err, handover.ErrNotReady) {
+		// The runtime drops an instance whose Synchronize fails, as it
+		// would a bare stub plugin; the harness reconnects later (and a
+		// connection this one was to replace stays in use).
+		return nil, err
+	}
+	if a.replaces != nil {
+		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+	}
 	if role != RoleOwner {
-		if errors.Is(err, handover.ErrNotReady) {
-			// The runtime drops an instance whose Synchronize fails, as it
-			// would a bare stub plugin; the harness reconnects later.
-			return nil, err
-		}
 		return nil, nil
 	}
 	if reconcile {

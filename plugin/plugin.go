@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -97,7 +98,8 @@ type Plugin struct {
 	stampKey string
 	log      *logrus.Entry
 
-	resync  chan string // a standby should claim again in a new Synchronize
+	resync  chan string   // a standby should claim again in a new Synchronize
+	catchUp chan struct{} // an owner should replace its connection to catch up
 	metrics *metrics
 
 	stubMu sync.Mutex
@@ -150,6 +152,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		handles: handles,
 		version: v,
 		resync:  make(chan string, 1),
+		catchUp: make(chan struct{}, 1),
 		self: &hapi.Instance{
 			Plugin: c.name, Id: c.instance, Version: v.Original(),
 			StartedUnixNano: c.started.UnixNano(), Pid: int32(os.Getpid()),
@@ -185,7 +188,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		Log:          c.log,
 		OnResync:     pl.requestResync,
 		OnPromoted: func(epoch uint64) {
-			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished")
+			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished; catching up")
+			pl.requestCatchUp()
 		},
 		OnOutcome: pl.metrics.outcome,
 	})
@@ -361,11 +365,20 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		switch p.serve(ctx, c) {
+	serving:
+		end := p.serve(ctx, c)
+		switch end {
 		case stopped:
 			p.leave(c.closed)
-			p.disconnect(c)
+			p.stopQuietly(context.Background(), c)
 			return nil
+		case catchUp:
+			if next, err := p.replace(ctx, c, false); err != nil {
+				p.log.WithError(err).Warn("catch-up: could not replace the runtime connection")
+			} else {
+				c = next
+			}
+			goto serving
 		case lost:
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
@@ -380,6 +393,14 @@ func (p *Plugin) Run(ctx context.Context) error {
 				return nil
 			}
 		case resync:
+			// Claim in the Synchronize of a new connection, which closes
+			// this one from inside it (no request to it can be in flight).
+			if next, err := p.replace(ctx, c, false); err == nil {
+				c = next
+				goto serving
+			} else if ctx.Err() == nil {
+				p.log.WithError(err).Warn("resync: could not replace the runtime connection; reconnecting")
+			}
 			p.disconnect(c)
 			delay.Reset()
 		}
@@ -392,6 +413,7 @@ const (
 	stopped serveEnd = iota // ctx ended
 	lost                    // the runtime connection broke
 	resync                  // reconnect to claim in a new Synchronize
+	catchUp                 // replace the connection to hand the author what nobody processed
 )
 
 // serve waits on one runtime connection until it must end. A request to
@@ -405,6 +427,11 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 			return stopped
 		case <-c.closed:
 			return lost
+		case <-p.catchUp:
+			if p.Role() != RoleOwner {
+				continue
+			}
+			return catchUp
 		case reason := <-p.resync:
 			select {
 			case <-c.synced:
@@ -435,13 +462,31 @@ type conn struct {
 	adapter *adapter
 	closed  chan struct{} // closed when the connection is lost
 	synced  chan struct{} // closed when its Synchronize has returned
+	// socket is the connection's unix socket (nil if an author's dialer
+	// made it), for closing it so that the runtime notices (closeQuietly).
+	socket atomic.Pointer[watchedSocket]
 }
 
 // connect creates a stub for this instance and starts it.
-func (p *Plugin) connect(ctx context.Context) (*conn, error) {
+func (p *Plugin) connect(ctx context.Context) (*conn, error) { return p.connectWith(ctx, nil) }
+
+// connectWith is connect with setup applied to the connection's adapter
+// before the stub starts.
+func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, error) {
 	c := &conn{closed: make(chan struct{}), synced: make(chan struct{})}
 	var once sync.Once
-	opts := []stub.Option{stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) })}
+	opts := []stub.Option{
+		stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) }),
+		stub.WithDialer(func(path string) (net.Conn, error) {
+			conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
+			if err != nil {
+				return nil, err
+			}
+			w := &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{})}
+			c.socket.Store(w)
+			return w, nil
+		}),
+	}
 	// The stub reads $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX itself and refuses
 	// an index given twice: pass only what the environment does not say.
 	if os.Getenv(api.PluginNameEnvVar) != p.cfg.name {
@@ -455,15 +500,20 @@ func (p *Plugin) connect(ctx context.Context) (*conn, error) {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
 	c.adapter = &adapter{p: p, synced: c.synced}
+	if setup != nil {
+		setup(c.adapter)
+	}
 	s, err := stub.New(c.adapter, opts...)
 	if err != nil {
 		// Nothing a retry could change: the configuration is wrong.
 		return nil, &configError{fmt.Errorf("create NRI stub: %w", err)}
 	}
 	c.stub = s
-	p.stubMu.Lock()
-	p.stub = s
-	p.stubMu.Unlock()
+	if !c.adapter.quiet {
+		p.stubMu.Lock()
+		p.stub = s
+		p.stubMu.Unlock()
+	}
 	if err := s.Start(ctx); err != nil {
 		p.disconnect(c)
 		return nil, fmt.Errorf("start NRI stub: %w", err)
