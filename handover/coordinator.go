@@ -427,9 +427,10 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.Cl
 // If the claim makes this instance owner, ready (the author's Synchronize)
 // runs before the claim settles, bounded by the settle deadline: ownership
 // passes for good only once ready has succeeded. If ready fails or does not
-// return in time, this instance gives ownership back: it becomes standby
-// and waits, still inside the runtime's Synchronize and so still fenced,
-// until the instance that yielded to it owns the plugin again. The same
+// return in time (ErrNotReady), an instance that was not owner before gives
+// ownership back: it becomes standby and waits, still inside the runtime's
+// Synchronize and so still fenced, until the instance that yielded to it
+// owns the plugin again (an owner that reconnected keeps its role). The same
 // wait follows a claim that was granted but could not be finished (its
 // deadline passed before publishing: model finding F7). A failed newcomer
 // therefore changes nothing.
@@ -445,8 +446,12 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
 			outcome = OutcomeNotReady
 			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
-			c.demote(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), true)
-			role = api.Role_ROLE_STANDBY
+			if before != api.Role_ROLE_OWNER {
+				c.demote(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), true)
+				role = api.Role_ROLE_STANDBY
+			}
+			// An owner that reconnected keeps its role: nobody else would
+			// own, and its other connection may still be serving.
 		}
 	}
 	c.setClaiming(false) // settled: a yielded owner waiting on it decides now
