@@ -1,0 +1,31 @@
+// Package plugintest is a test kit for NRI plugins built on the
+// nri-handover harness (package plugin), as net/http/httptest is for
+// net/http: it runs, inside the test process, an NRI runtime built on
+// github.com/containerd/nri/pkg/adaptation (the code containerd and CRI-O
+// embed), and instances of the author's own plugin connected to it over a
+// real NRI socket; it upgrades, rolls back, crashes and freezes those
+// instances while pods and containers go through their lifecycles, and
+// checks that every event reached the author's handlers exactly once and
+// that every container carries one valid stamp.
+//
+// # The runtime
+//
+// A Runtime listens on a real NRI unix socket, keeps a model of pods and
+// containers, and drives their lifecycles through the adaptation the way
+// containerd does:
+//
+//   - events are serialized by a runtime lock (containerd's and CRI-O's NRI
+//     wrappers have one too) and by the adaptation's own lock, and no event
+//     runs during a plugin's Synchronize call;
+//   - in ModeContainerd (the default) every operation that sends NRI events
+//     holds a plugin-sync block (Adaptation.BlockPluginSync) for its whole
+//     duration; the other modes (ModeCRIO, ModeGap, ModeExitStop) play the
+//     runtimes and paths that do not, see Mode;
+//   - adjustments from CreateContainer are applied to the stored container,
+//     so later events and later Synchronize calls show them;
+//   - a CreateContainer the adaptation rejects is undone with StopContainer
+//     and RemoveContainer events for the original, unadjusted container;
+//   - updates returned by plugins (in CreateContainer, UpdateContainer,
+//     StopContainer, Synchronize and unsolicited UpdateContainers) are
+//     applied to the stored containers' resources.
+package plugintest
