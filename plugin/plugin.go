@@ -41,6 +41,7 @@ import (
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -176,6 +177,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The test kit may freeze this instance at the protocol's steps.
+	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
 	pl.coord, err = handover.New(handover.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
@@ -487,6 +490,10 @@ func (p *Plugin) disconnect(c *conn) {
 // leave hands ownership to a standby, if there is one, before this instance
 // stops; afterwards the instance acts on nothing.
 func (p *Plugin) leave() {
+	if kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).Crashed() {
+		p.log.Info("crashed (test kit): stopped without a handover")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
 	defer cancel()
 	if handed := p.coord.Leave(ctx); handed {

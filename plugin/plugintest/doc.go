@@ -28,4 +28,15 @@
 //   - updates returned by plugins (in CreateContainer, UpdateContainer,
 //     StopContainer, Synchronize and unsolicited UpdateContainers) are
 //     applied to the stored containers' resources.
+//
+// # The node
+//
+// A Node is a Runtime, a handover directory and the instances of one
+// plugin: Start, Upgrade and Rollback start instances of the author's
+// plugin at given versions (from the author's constructor); Instance.Stop
+// stops one as the kubelet does (a clean handover), Instance.Crash as
+// SIGKILL would (no handover), Instance.Freeze and Thaw as SIGSTOP and
+// SIGCONT would. The Node wraps the author's handlers to keep a Ledger of
+// which instance acted on which event, so Check and Verify need nothing
+// from the author's plugin.
 package plugintest

@@ -76,18 +76,17 @@ const (
 
 // deliverGap lets operations under way deliver up to GapEvents events
 // (ModeGap); called by the sync callback after the plugin's Synchronize
-// returned. It ends early when no operation is under way.
+// returned. It ends early when no operation is under way. Further events
+// wait for the gap's end (deliverLocked), though one may still fall in the
+// moment between the callback's return and the append, as in ModeCRIO.
 func (r *Runtime) deliverGap() {
 	timer := time.NewTimer(maxGap)
 	defer timer.Stop()
-	r.mu.Lock()
-	start := r.seq
-	r.mu.Unlock()
 	for {
 		r.mu.Lock()
-		n, busy, ch := r.seq-start, r.inflight > 0 && !r.stopped, r.evC
+		n, busy, ch := r.gapEnded, r.inflight > 0 && !r.stopped, r.evC
 		r.mu.Unlock()
-		if n >= uint64(r.opts.GapEvents) || !busy {
+		if n >= r.opts.GapEvents || !busy {
 			r.logf("plugintest: gap of %d events before the append", n)
 			return
 		}

@@ -224,8 +224,11 @@ type Runtime struct {
 	evC chan struct{}
 	// inGap is set while a plugin's Synchronize has returned and the sync
 	// callback has not; gapLog lists the events delivered meanwhile.
-	inGap  bool
-	gapLog []EventKey
+	inGap bool
+	// gapBegun and gapEnded count the events of the current gap that
+	// began and that ended.
+	gapBegun, gapEnded int
+	gapLog             []EventKey
 	// exited holds the containers that exited by themselves (ModeExitStop).
 	exited map[string]bool
 	rng    *rand.Rand
@@ -1014,11 +1017,21 @@ func (r *Runtime) deliverEvent(ev Event, id string, recordOnError, exit bool, ca
 
 // deliverLocked is deliverEvent for a caller that holds evMu.
 func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, call func() error) error {
-
 	r.mu.Lock()
+	// ModeGap: once a gap has its events, the next one waits for its end.
+	for r.opts.Mode == ModeGap && r.inGap && r.gapBegun >= r.opts.GapEvents && !r.stopped {
+		ch := r.evC
+		r.mu.Unlock()
+		<-ch
+		r.mu.Lock()
+	}
 	if r.stopped {
 		r.mu.Unlock()
 		return ErrStopped
+	}
+	inGap := r.inGap
+	if inGap {
+		r.gapBegun++
 	}
 	r.seq++
 	r.cur = current{seq: r.seq, ev: ev, id: id}
@@ -1033,12 +1046,15 @@ func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, c
 	if lat > r.stats.MaxEventLatency {
 		r.stats.MaxEventLatency = lat
 	}
+	if inGap {
+		r.gapEnded++
+	}
 	if err == nil || recordOnError {
 		k := EventKey{Event: ev, ID: id}
 		r.issued[k]++
 		r.issuedLog = append(r.issuedLog, EventKey{Event: ev, ID: id, N: r.issued[k]})
 		r.stats.Events++
-		if r.inGap {
+		if inGap {
 			r.stats.GapEvents++
 			r.gapLog = append(r.gapLog, EventKey{Event: ev, ID: id, N: r.issued[k]})
 		}
@@ -1093,12 +1109,13 @@ func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	r.evMu.Lock()
 	updates, err := cb(ctx, pods, ctrs)
 	r.mu.Lock()
-	r.inGap = err == nil
+	r.inGap, r.gapBegun, r.gapEnded = err == nil, 0, 0
 	r.mu.Unlock()
 	r.evMu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		r.inGap = false
+		r.wakeLocked()
 		r.mu.Unlock()
 	}()
 	if err != nil {
