@@ -303,8 +303,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			}
 		}(w)
 	}
-	waitEventsCtx := func(ctx context.Context, n int) error {
-		for rt.Stats().Events < n {
+	// waitCond waits on the workload's progress until cond holds.
+	waitCond := func(ctx context.Context, cond func() bool) error {
+		for !cond() {
 			select {
 			case <-progress:
 			case <-ctx.Done():
@@ -313,7 +314,9 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		}
 		return nil
 	}
-	waitEvents := func(n int) error { return waitEventsCtx(ctx, n) }
+	waitEvents := func(n int) error {
+		return waitCond(ctx, func() bool { return rt.Stats().Events >= n })
+	}
 
 	owner := first
 	var retired *instance
@@ -323,7 +326,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		if st.fault {
-			next, err := r.fault(ctx, res, owner, started, waitEventsCtx)
+			next, err := r.fault(ctx, res, owner, started, waitCond)
 			if err != nil {
 				return nil, fmt.Errorf("fault %d: %w", len(res.Faults), err)
 			}
@@ -395,7 +398,7 @@ func harnessCounts(plugin.Stats) (inDoubt, caughtUp int) { return 0, 0 }
 // fault kills or freezes the owner and waits until the plugin has an owner
 // again; it returns the owner then.
 func (r *runner) fault(ctx context.Context, res *Result, owner *instance, started int,
-	waitEvents func(context.Context, int) error) (*instance, error) {
+	waitCond func(context.Context, func() bool) error) (*instance, error) {
 	rt := r.node.Runtime()
 	at := rt.Stats().Events
 	owner.faulted = true
@@ -410,19 +413,24 @@ func (r *runner) fault(ctx context.Context, res *Result, owner *instance, starte
 		return next, waitOwner(ctx, next)
 	}
 	res.Faults = append(res.Faults, fmt.Sprintf("freeze %s at event %d", owner.ID(), at))
-	connected := rt.Stats().PluginCount
+	timeouts := func() int {
+		n := 0
+		for _, v := range rt.Stats().Timeouts {
+			n += v
+		}
+		return n
+	}
+	before := timeouts()
 	owner.Freeze()
-	// Frozen until the runtime gives up on it (its request timeout: it is
-	// counted out at the end of the event it timed out on), or, if it was
-	// not connected, until the stream went on without it for a while.
+	// Frozen until the runtime gives up on it (a request to it timed out),
+	// or, if it was not connected, until the stream went on without it for
+	// a while; then thawed, as a SIGSTOP a little longer than the runtime's
+	// request timeout.
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ended := make(chan error, 2)
-	go func() { ended <- rt.WaitPlugins(waitCtx, connected-1) }()
-	go func() { ended <- waitEvents(waitCtx, at+frozenEvents) }()
-	err := <-ended
-	cancel()
-	<-ended
+	err := waitCond(waitCtx, func() bool {
+		return timeouts() > before || rt.Stats().Events >= at+frozenEvents
+	})
 	owner.Thaw()
 	if err != nil {
 		return nil, fmt.Errorf("frozen %s: %w", owner.ID(), err)

@@ -98,6 +98,32 @@ func ExampleInstance_Crash() {
 	// <nil>
 }
 
+// Upgrades under load: pod lifecycles run on two workers while the
+// plugin is upgraded and rolled back ten times.
+func ExampleNode_Load() {
+	node, err := plugintest.NewNode(plugintest.Config{Plugin: newEnvInjector, Name: "env-injector"})
+	must(err)
+	defer node.Close()
+	ctx := context.Background()
+
+	v1, err := node.Start("1.0.0")
+	must(err)
+	must(v1.WaitOwner(ctx))
+	stop := node.Load(ctx, 2, 2)
+	for i := 0; i < 10; i++ {
+		version := []string{"2.0.0", "1.0.0"}[i%2]
+		_, err := node.Upgrade(ctx, version)
+		must(err)
+	}
+	must(stop())
+
+	res, err := node.Check()
+	must(err)
+	fmt.Println("duplicates", res.Events.Duplicates, "missed", res.Events.Missed, "ok", res.OK())
+	// Output:
+	// duplicates 0 missed 0 ok true
+}
+
 func must(err error) {
 	if err != nil {
 		log.Fatal(err)

@@ -228,6 +228,54 @@ func (n *Node) Lifecycles(ctx context.Context, pods, containers int) error {
 	return nil
 }
 
+// Load runs pod lifecycles (containers containers each, see
+// Runtime.Lifecycle) on workers goroutines, back to back, until the
+// returned stop function is called: the load under which to upgrade. stop
+// lets the lifecycles under way finish (no event is cut off) and returns
+// the first error one of them returned.
+func (n *Node) Load(ctx context.Context, workers, containers int) (stop func() error) {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		stopped = make(chan struct{})
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopped:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				n.mu.Lock()
+				n.pods++
+				name := fmt.Sprintf("pod%d", n.pods)
+				n.mu.Unlock()
+				if err := n.rt.Lifecycle(ctx, name, containers); err != nil && ctx.Err() == nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return func() error {
+		once.Do(func() { close(stopped) })
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+}
+
 // Result is what Check found.
 type Result struct {
 	// Events compares the events the runtime delivered, of the kinds every
