@@ -39,4 +39,22 @@
 // SIGCONT would. The Node wraps the author's handlers to keep a Ledger of
 // which instance acted on which event, so Check and Verify need nothing
 // from the author's plugin.
+//
+// # What the ledger sees
+//
+// A handler call is recorded when it begins, with the instance and its
+// version; the Node subscribes each instance to exactly the events the
+// author's plugin would subscribe to alone (its handlers, narrowed by its
+// own Configure). CreateContainer is recorded for every container an
+// instance acts on, whether or not the author has a handler for it: the
+// harness stamps it. Check compares, per event kind every instance
+// subscribed to, the calls with the events the runtime delivered, and
+// verifies each created container's stamp against the instance whose
+// handler saw its CreateContainer. Synchronize and Reconcile are passed on
+// but not recorded. Handlers the harness does not forward today
+// (ValidateContainerAdjustment, Shutdown) are not wrapped.
+//
+// Crash and Freeze act inside the test process: the instance's runtime
+// connection goes through a dialer of the Node's, and the harness and the
+// handover service consult a hook that no production binary registers.
 package plugintest
