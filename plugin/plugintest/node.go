@@ -126,8 +126,10 @@ func (n *Node) Owner() *Instance {
 }
 
 // Start creates an instance of the plugin at version and runs it (Run, in
-// a goroutine); opts are added after the node's own options. It returns
-// once the instance runs; see Instance.WaitOwner.
+// a goroutine); opts are added after the node's own options (e.g. a
+// different WithPluginIdx; the name, handover directory and instance id
+// must stay the node's). It returns once the instance runs; see
+// Instance.WaitOwner.
 func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	n.mu.Lock()
 	seq := len(n.instances)
@@ -160,6 +162,10 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	if err != nil {
 		kithook.Unregister(socket)
 		return nil, fmt.Errorf("plugintest: start instance %s: %w", id, err)
+	}
+	if in.p.Name() != n.cfg.Name || in.p.Instance().Id != id {
+		kithook.Unregister(socket)
+		return nil, fmt.Errorf("plugintest: start instance %s: its name and id are the node's (Config.Name): options to Start must not change them", id)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
