@@ -86,6 +86,7 @@ type demoReport struct {
 	MaxEventUS       int64          `json:"max_event_us"`
 	FailedCreates    int            `json:"failed_creates"`
 	Dropped          int            `json:"dropped"`
+	Unstamped        int            `json:"unstamped"`
 	InDoubt          int            `json:"in_doubt"`
 	CaughtUp         int            `json:"caught_up"`
 	Acted            map[string]int `json:"acted"`
@@ -151,7 +152,7 @@ func demo(args []string, out io.Writer) error {
 		Handovers: len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
 		MaxEventUS:    res.Stats.MaxEventLatency.Microseconds(),
 		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
-		InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Runtime: string(res.Mode), Faults: res.Faults,
+		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Runtime: string(res.Mode), Faults: res.Faults,
 		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
 	}
 	for _, h := range res.Handovers {

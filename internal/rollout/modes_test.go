@@ -54,9 +54,9 @@ func TestRolloutInEveryMode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%v: %d events, %d duplicates, %d missed, %d failed creates, %d stamp problems, %d in doubt, %d caught up, faults %v",
+			t.Logf("%v: %d events, %d duplicates, %d missed, %d failed creates, %d unstamped, %d in doubt, %d caught up, faults %v",
 				s, res.Report.Events, res.Report.Duplicates, res.Report.Missed, res.Stats.FailedCreates,
-				len(res.StampProblems), res.InDoubt, res.CaughtUp, res.Faults)
+				res.Unstamped, res.InDoubt, res.CaughtUp, res.Faults)
 			switch {
 			case res.Report.Events < cfg.Events:
 				t.Errorf("%d events delivered, want at least %d", res.Report.Events, cfg.Events)

@@ -115,6 +115,8 @@ type Result struct {
 	WorkloadErrors []string
 	// Faults lists the faults injected, e.g. "kill i03-v2.0.0 at event 812".
 	Faults []string
+	// Unstamped counts the created containers without a valid stamp.
+	Unstamped int
 	// InDoubt counts the events the harness declared in doubt (an owner
 	// died inside its handler), CaughtUp the containers and lifecycle
 	// changes it handed to a catch-up after a gap: both as the instances
@@ -386,7 +388,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.StampProblems = check.StampProblems
+	res.StampProblems, res.Unstamped = check.StampProblems, check.Unstamped
 	return res, nil
 }
 

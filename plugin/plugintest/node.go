@@ -291,6 +291,9 @@ type Result struct {
 	// valid stamp, or stamped by another instance than the one whose
 	// handler saw their CreateContainer.
 	StampProblems []string
+	// Unstamped counts the created containers without a valid stamp (all
+	// of them, not only the first 20): containers no instance processed.
+	Unstamped int
 }
 
 // OK reports whether every event reached the author's handlers exactly
@@ -341,15 +344,16 @@ func (n *Node) Check() (Result, error) {
 	for _, c := range n.rt.AllCreated() {
 		st, err := signer.Verify(c.Id, c.Annotations)
 		acted := n.ledger.Acted(EventCreateContainer, c.Id)
+		var problem string
 		switch {
 		case err != nil:
-			res.StampProblems = append(res.StampProblems, fmt.Sprintf("container %s: %v", c.Id, err))
+			res.Unstamped++
+			problem = fmt.Sprintf("container %s: %v", c.Id, err)
 		case len(acted) != 1 || acted[0] != st.Instance:
-			res.StampProblems = append(res.StampProblems,
-				fmt.Sprintf("container %s: stamped by %s, created by %v", c.Id, st.Instance, acted))
+			problem = fmt.Sprintf("container %s: stamped by %s, created by %v", c.Id, st.Instance, acted)
 		}
-		if len(res.StampProblems) >= maxTexts {
-			break
+		if problem != "" && len(res.StampProblems) < maxTexts {
+			res.StampProblems = append(res.StampProblems, problem)
 		}
 	}
 	sort.Strings(res.StampProblems)

@@ -198,3 +198,22 @@ func TestNodeUpgradeAndRollbackStopThePreviousOwner(t *testing.T) {
 		t.Fatal("NewNode without a constructor")
 	}
 }
+
+// Containers created while no instance serves the plugin carry no stamp:
+// Check counts each of them.
+func TestNodeCheckCountsUnstampedContainers(t *testing.T) {
+	n := newNode(t, Config{})
+	v1 := start(t, n, "1.0.0")
+	lifecycles(t, n, 1)
+	if err := v1.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	lifecycles(t, n, 3) // 6 containers nobody sees
+	res, err := n.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unstamped != 6 || len(res.StampProblems) != 6 || res.Events.Missed == 0 {
+		t.Fatalf("unstamped %d, problems %v, missed %d; want 6, 6, > 0", res.Unstamped, res.StampProblems, res.Events.Missed)
+	}
+}
