@@ -335,3 +335,14 @@ func TestParseMode(t *testing.T) {
 		t.Fatal("StartRuntime accepted mode docker")
 	}
 }
+
+func TestRunPodAnnotated(t *testing.T) {
+	rt := startRT(t, RuntimeOptions{})
+	pod, err := rt.RunPodAnnotated(context.Background(), "p", map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rt.Pod(pod.Id).GetAnnotations()["k"]; got != "v" {
+		t.Fatalf("annotation k = %q, want v", got)
+	}
+}
