@@ -3,6 +3,7 @@ package plugintest
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -216,4 +217,17 @@ func TestNodeCheckCountsUnstampedContainers(t *testing.T) {
 	if res.Unstamped != 6 || len(res.StampProblems) != 6 || res.Events.Missed == 0 {
 		t.Fatalf("unstamped %d, problems %v, missed %d; want 6, 6, > 0", res.Unstamped, res.StampProblems, res.Events.Missed)
 	}
+}
+
+// A newcomer whose owner is frozen gets no answer to its request to
+// yield, and takes over as from an unresponsive owner.
+func TestNewcomerTakesOverFromAFrozenOwner(t *testing.T) {
+	n := newNode(t, Config{})
+	v1 := start(t, n, "1.0.0")
+	v1.Freeze()
+	v2 := start(t, n, "2.0.0")
+	if st := v2.Plugin().Status(); !strings.Contains(st.Reason, "unresponsive") {
+		t.Fatalf("newcomer owns with reason %q, want the owner unresponsive", st.Reason)
+	}
+	v1.Thaw()
 }
