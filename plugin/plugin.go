@@ -42,6 +42,7 @@ import (
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -179,6 +180,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The test kit may freeze this instance at the protocol's steps.
+	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
 	pl.coord, err = handover.New(handover.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
@@ -370,7 +373,11 @@ func (p *Plugin) Run(ctx context.Context) error {
 		switch end {
 		case stopped:
 			p.leave(c.closed)
-			p.stopQuietly(context.Background(), c)
+			if p.crashed() {
+				p.disconnect(c)
+			} else {
+				p.stopQuietly(context.Background(), c)
+			}
 			return nil
 		case catchUp:
 			if next, err := p.replace(ctx, c, false); err != nil {
@@ -484,7 +491,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 			}
 			w := &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{})}
 			c.socket.Store(w)
-			return w, nil
+			return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).WrapConn(w)
 		}),
 	}
 	// The stub reads $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX itself and refuses
@@ -541,6 +548,10 @@ func (p *Plugin) disconnect(c *conn) {
 // connection (lost nil or closed) it acts on nothing anyway, and a newcomer
 // finds no owner to wait for: it leaves at once.
 func (p *Plugin) leave(lost <-chan struct{}) {
+	if p.crashed() {
+		p.log.Info("crashed (test kit): stopped without a handover")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
 	defer cancel()
 	if lost == nil {
@@ -560,6 +571,10 @@ func (p *Plugin) leave(lost <-chan struct{}) {
 		p.log.Info("stopped as owner; no successor took over")
 	}
 }
+
+// crashed reports whether the test kit (plugin/plugintest) crashed this
+// instance: it then stops as a killed process would, doing nothing.
+func (p *Plugin) crashed() bool { return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).Crashed() }
 
 // failpointFromEnv reads EnvFailpoint (fault tests only).
 func failpointFromEnv() (func(handover.Step), error) {
