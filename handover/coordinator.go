@@ -339,6 +339,11 @@ func (c *Coordinator) Exit() { <-c.events }
 // there.
 func (c *Coordinator) holdEvents(ctx context.Context) bool {
 	select {
+	case c.events <- struct{}{}: // free: taken even if ctx has ended
+		return true
+	default:
+	}
+	select {
 	case c.events <- struct{}{}:
 		return true
 	case <-ctx.Done():
@@ -935,6 +940,8 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}
 	}
 	switch {
+	case !held && ctx.Err() != nil:
+		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	case !held:
 		// An event handler of this instance has not returned by the
 		// taker's deadline: answering now would not be atomic with it.
@@ -1310,12 +1317,7 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	// event it is in was this instance's; no later one is.
 	held := c.holdEvents(ctx)
 	if !held {
-		select {
-		case c.events <- struct{}{}:
-			held = true
-		default:
-			c.log.Warn("leaving: an event handler has not returned; stopping without waiting for it")
-		}
+		c.log.Warn("leaving: an event handler has not returned; stopping without waiting for it")
 	}
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER

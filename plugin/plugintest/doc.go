@@ -54,7 +54,8 @@
 // but not recorded. Handlers the harness does not forward today
 // (ValidateContainerAdjustment, Shutdown) are not wrapped.
 //
-// Crash and Freeze act inside the test process: the instance's runtime
-// connection goes through a dialer of the Node's, and the harness and the
-// handover service consult a hook that no production binary registers.
+// Crash and Freeze act inside the test process: the harness passes the
+// instance's runtime connections through the Node (which can cut or freeze
+// them), and the harness and the handover service consult a hook that no
+// production binary registers.
 package plugintest

@@ -1,0 +1,112 @@
+package test
+
+import (
+	"context"
+	"io"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/plugin/plugintest"
+)
+
+// catchUpAuthor adjusts every container it creates and reports the
+// containers each of its Synchronize calls is handed.
+type catchUpAuthor struct {
+	version string
+	synced  chan<- []string
+}
+
+func (a *catchUpAuthor) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj := &api.ContainerAdjustment{}
+	adj.AddEnv("CATCHUP", a.version)
+	return adj, nil, nil
+}
+
+func (a *catchUpAuthor) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	ids := []string{}
+	for _, c := range ctrs {
+		ids = append(ids, c.Id)
+	}
+	a.synced <- ids
+	return nil, nil
+}
+
+// TestPromotedOwnerCatchesUp: a container created while nobody acted (the
+// owner was frozen, so the runtime went on without it, then the owner died)
+// is not left unprocessed: its retired predecessor, promoted outside any
+// Synchronize, replaces its runtime connection and the new connection's
+// Synchronize hands the author that container.
+func TestPromotedOwnerCatchesUp(t *testing.T) {
+	synced := make(chan []string, 16)
+	n, err := plugintest.NewNode(plugintest.Config{
+		Name: "catchup",
+		Plugin: func(v string) (interface{}, []plugin.Option) {
+			return &catchUpAuthor{version: v, synced: synced}, nil
+		},
+		Runtime: plugintest.RuntimeOptions{RequestTimeout: 300 * time.Millisecond},
+		Log:     testLog(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v1, err := n.Start("1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-synced                    // v1's first Synchronize
+	v2, err := n.Start("2.0.0") // v1 stays, retired: the fallback
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v2.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-synced // v2's Synchronize, as it took over
+	pod, err := n.Runtime().RunPod(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	v2.Freeze() // the runtime times out on it and creates the container without it
+	orphan, err := n.Runtime().CreateContainer(ctx, pod.Id, "created-while-frozen", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := orphan.GetAnnotations()["stamp.nri-handover.io/catchup"]; ok {
+		t.Fatal("the container was stamped although its owner was frozen")
+	}
+	v2.Crash()
+
+	for {
+		select {
+		case ids := <-synced:
+			if slices.Contains(ids, orphan.Id) {
+				if v1.Plugin().Role() != plugin.RoleOwner {
+					t.Fatalf("v1 caught up as %v, want owner", v1.Plugin().Role())
+				}
+				return // caught up
+			}
+		case <-ctx.Done():
+			t.Fatalf("container %s, created while nobody acted, was never handed to the author", orphan.Id)
+		}
+	}
+}
+
+// testLog is where a plugintest node's instances log: stderr with -v.
+func testLog(t *testing.T) io.Writer {
+	if testing.Verbose() {
+		return os.Stderr
+	}
+	return nil
+}
