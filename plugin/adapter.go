@@ -47,6 +47,8 @@ func eventsOf(p interface{}) api.EventMask {
 	set(ok, api.Event_STOP_CONTAINER)
 	_, ok = p.(stub.RemoveContainerInterface)
 	set(ok, api.Event_REMOVE_CONTAINER)
+	_, ok = p.(stub.ValidateContainerAdjustmentInterface)
+	set(ok, api.Event_VALIDATE_CONTAINER_ADJUSTMENT)
 	return m
 }
 
@@ -56,6 +58,7 @@ func eventsOf(p interface{}) api.EventMask {
 // only to the events the author handles, plus CreateContainer for stamping.
 type adapter struct {
 	p          *Plugin
+	stub       stub.Stub     // the stub of this connection, set before it starts
 	synced     chan struct{} // closed when Synchronize has returned
 	syncedOnce sync.Once
 	closed     atomic.Bool // set before the connection is closed by this instance
@@ -77,11 +80,25 @@ var (
 	_ stub.PostStartContainerInterface  = (*adapter)(nil)
 	_ stub.PostUpdateContainerInterface = (*adapter)(nil)
 	_ stub.RemoveContainerInterface     = (*adapter)(nil)
+	_ stub.ShutdownInterface            = (*adapter)(nil)
+
+	_ stub.ValidateContainerAdjustmentInterface = (*adapter)(nil)
 )
 
 // Configure subscribes to the author's events (narrowed by the author's own
 // Configure, if any) and always to CreateContainer, which stamps.
 func (a *adapter) Configure(ctx context.Context, config, runtime, version string) (api.EventMask, error) {
+	// The stub has taken the timeouts and NRI version from this request
+	// before calling here, on this goroutine: read them now.
+	a.p.stubMu.Lock()
+	a.p.runtime = runtimeInfo{
+		name: runtime, version: version, nriVersion: a.stub.RuntimeNRIVersion(),
+		registrationTimeout: a.stub.RegistrationTimeout(), requestTimeout: a.stub.RequestTimeout(),
+	}
+	if a.p.stub == a.stub {
+		a.p.configured = true
+	}
+	a.p.stubMu.Unlock()
 	events := a.p.handles
 	if h, ok := a.p.author.(stub.ConfigureInterface); ok {
 		m, err := h.Configure(ctx, config, runtime, version)
@@ -361,4 +378,23 @@ func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	return a.event(evRemoveContainer, c.GetId(), func() error {
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
+}
+
+// ValidateContainerAdjustment hands the validation to the author's
+// validator on the owner only; the other instances accept, so the owner's
+// verdict is the plugin's.
+func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
+	return a.event(evValidateContainerAdjustment, req.GetContainer().GetId(), func() error {
+		return a.p.author.(stub.ValidateContainerAdjustmentInterface).ValidateContainerAdjustment(ctx, req)
+	})
+}
+
+// Shutdown tells the author's Shutdown, on the owner only, that the runtime
+// is shutting down.
+func (a *adapter) Shutdown(ctx context.Context) {
+	h, ok := a.p.author.(stub.ShutdownInterface)
+	if !ok || a.closed.Load() || a.p.Role() != RoleOwner {
+		return
+	}
+	h.Shutdown(ctx)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -140,14 +141,15 @@ func FuzzNew(f *testing.F) {
 		}
 		_, envPolicyErr := handover.ParsePolicy(envPolicy)
 		_, verErr := stamp.ParseVersion(ver)
-		_, nameErr := stamp.AnnotationKey(wantName)
+		nameErr := api.CheckPluginName(wantName) // NRI's rule; names.Key maps the rest
+		keyName := names.Key(wantName)
 		step, action, hasColon := strings.Cut(envFailpoint, ":")
 		_ = step
 		sockID := wantID
 		if sockID == "" {
 			sockID = randomID() // same length as the one New draws
 		}
-		sock := filepath.Join(root, wantName, "instances", sockID+".sock")
+		sock := filepath.Join(root, keyName, "instances", sockID+".sock")
 		var want string // a fragment the error must contain; "" if New must succeed
 		switch {
 		case claim <= 0:
@@ -165,7 +167,7 @@ func FuzzNew(f *testing.F) {
 		case envIdx != "" && envIdx != wantIdx:
 			want = "conflicts with $" + api.PluginIdxEnvVar + "=" + strconv.Quote(envIdx)
 		case nameErr != nil:
-			want = "plugin name: invalid plugin name " + strconv.Quote(wantName)
+			want = "invalid plugin name " + strconv.Quote(wantName)
 		case wantID != "" && !validInstanceID(wantID):
 			want = "instance id (option, -instance or $" + EnvInstance + "): invalid instance id"
 		case envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):

@@ -33,6 +33,7 @@ const (
 	evPostUpdateContainer
 	evStopContainer
 	evRemoveContainer
+	evValidateContainerAdjustment
 	numEvents
 )
 
@@ -41,6 +42,7 @@ var eventNames = [numEvents]string{
 	"RunPodSandbox", "UpdatePodSandbox", "PostUpdatePodSandbox", "StopPodSandbox", "RemovePodSandbox",
 	"CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
 	"UpdateContainer", "PostUpdateContainer", "StopContainer", "RemoveContainer",
+	"ValidateContainerAdjustment",
 }
 
 func (e eventKind) String() string { return eventNames[e] }

@@ -35,6 +35,7 @@ type Option func(*config) error
 
 type config struct {
 	name, idx    string
+	key          string // names.Key(name): stamps and the handover directory
 	version      string
 	socketPath   string
 	root         string
@@ -44,8 +45,12 @@ type config struct {
 	leaveTimeout time.Duration
 	log          *logrus.Entry
 	stubOptions  []stub.Option
-	metricsAddr  string
-	started      time.Time
+	// From stubOptions, sorted by New: those passed to every stub, and
+	// the authors' close callbacks (with WithOnClose's).
+	passStubOptions []stub.Option
+	onClose         []func()
+	metricsAddr     string
+	started         time.Time
 }
 
 // WithVersion sets the plugin's own version (required): it is reported to
@@ -130,7 +135,34 @@ func WithMetricsAddr(addr string) Option {
 	return func(c *config) error { c.metricsAddr = addr; return nil }
 }
 
-// WithStubOptions passes extra options to the underlying NRI stub.
+// WithOnClose sets a function to call each time the connection to the
+// runtime is lost, as stub.WithOnClose does; the harness reconnects
+// afterwards all the same (so a function that exits the process, as
+// upstream samples do, ends this instance as it ended the stub plugin). It
+// is not called when the harness itself closes a connection: to reconnect
+// for a handover, or at the end of Run.
+func WithOnClose(f func()) Option {
+	return func(c *config) error {
+		if f == nil {
+			return errors.New("nil OnClose function")
+		}
+		c.onClose = append(c.onClose, f)
+		return nil
+	}
+}
+
+// WithStubOptions passes options to the underlying NRI stub, which the
+// harness creates anew for each connection to the runtime. New checks each:
+//
+//   - stub.WithOnClose: called in addition to the harness's own callback,
+//     as WithOnClose says;
+//   - stub.WithPluginName, stub.WithPluginIdx: accepted when they agree
+//     with the plugin's name and index, refused otherwise;
+//   - stub.WithSocketPath: as WithSocketPath;
+//   - stub.WithDialer, stub.WithTTRPCOptions, stub.WithLogger,
+//     stub.WithFailurePolicy: applied to every connection;
+//   - stub.WithConnection: refused (a connection serves once; the harness
+//     reconnects), as is any option the harness does not know.
 func WithStubOptions(opts ...stub.Option) Option {
 	return func(c *config) error { c.stubOptions = append(c.stubOptions, opts...); return nil }
 }

@@ -35,12 +35,15 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	nriversion "github.com/containerd/nri/pkg/version"
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/names"
+	"github.com/nri-handover/nri-handover/internal/stubopt"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -102,15 +105,33 @@ type Plugin struct {
 
 	stubMu sync.Mutex
 	stub   stub.Stub // the current runtime connection; nil between connections
+	// What the runtime said in the last Configure, and the stub's
+	// timeouts then; configured: whether the current connection got its
+	// Configure (both guarded by stubMu).
+	runtime    runtimeInfo
+	configured bool
 
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects atomic.Uint64
+
+	closeOnce sync.Once
+}
+
+// runtimeInfo is what a Configure request told the plugin.
+type runtimeInfo struct {
+	name, version, nriVersion           string
+	registrationTimeout, requestTimeout time.Duration
 }
 
 // New creates an instance of the plugin p, which implements any of the NRI
-// stub's handler interfaces (stub.CreateContainerInterface and so on) and
-// optionally ReconcileInterface. WithVersion is required. New opens the
-// handover directory, loads (or creates) the stamp key and starts serving
-// the handover protocol; Run connects to the runtime.
+// stub's handler interfaces (stub.CreateContainerInterface,
+// stub.ValidateContainerAdjustmentInterface and so on) and optionally
+// ReconcileInterface. WithVersion is required. New opens the handover
+// directory, loads (or creates) the stamp key and starts serving the
+// handover protocol; Run connects to the runtime.
+//
+// New checks the stub options given with WithStubOptions, as the stub would
+// apply them, and refuses with an error naming the option any that cannot
+// work under the harness (see WithStubOptions).
 func New(p interface{}, opts ...Option) (*Plugin, error) {
 	c := config{started: time.Now()}
 	for _, o := range opts {
@@ -131,6 +152,9 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err := resolveIdentity(&c); err != nil {
 		return nil, err
 	}
+	if err := c.sortStubOptions(); err != nil {
+		return nil, err
+	}
 	if c.instance == "" {
 		c.instance = randomID()
 	}
@@ -139,7 +163,10 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	handles := eventsOf(p)
 	if handles == 0 {
-		if _, ok := p.(ReconcileInterface); !ok {
+		_, reconciles := p.(ReconcileInterface)
+		_, syncs := p.(stub.SynchronizeInterface)
+		_, shuts := p.(stub.ShutdownInterface)
+		if !reconciles && !syncs && !shuts {
 			return nil, fmt.Errorf("plugin %T implements no NRI handler interface", p)
 		}
 	}
@@ -150,15 +177,19 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		handles: handles,
 		version: v,
 		resync:  make(chan string, 1),
+		runtime: runtimeInfo{
+			registrationTimeout: stub.DefaultRegistrationTimeout, requestTimeout: stub.DefaultRequestTimeout,
+			nriVersion: "unknown",
+		},
 		self: &hapi.Instance{
-			Plugin: c.name, Id: c.instance, Version: v.Original(),
+			Plugin: c.key, Id: c.instance, Version: v.Original(),
 			StartedUnixNano: c.started.UnixNano(), Pid: int32(os.Getpid()),
 		},
 	}
 	pl.log = c.log.WithFields(logrus.Fields{"plugin": c.name, "version": v.Original(), "instance": c.instance})
 	pl.metrics = newMetrics(pl) // its gauges read pl.coord only when scraped
 
-	dir, err := handover.OpenDir(c.root, c.name)
+	dir, err := handover.OpenDir(c.root, c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +198,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stamp key: %w", err)
 	}
-	if pl.signer, err = stamp.NewSigner(c.name, key); err != nil {
+	if pl.signer, err = stamp.NewSigner(c.key, key); err != nil {
 		return nil, err
 	}
 	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
@@ -230,8 +261,55 @@ func resolveIdentity(c *config) error {
 		return fmt.Errorf("plugin index %q (option or -idx) conflicts with $%s=%q: set one of them",
 			c.idx, api.PluginIdxEnvVar, env)
 	}
-	if _, err := stamp.AnnotationKey(c.name); err != nil {
-		return fmt.Errorf("plugin name: %w", err)
+	if err := api.CheckPluginName(c.name); err != nil {
+		return fmt.Errorf("plugin name (option, -name, $%s or the binary name): %w", api.PluginNameEnvVar, err)
+	}
+	// The stamp's annotation key and the handover directory take a
+	// narrower set of names than NRI: names.Key maps the others.
+	c.key = names.Key(c.name)
+	return nil
+}
+
+// sortStubOptions checks each option given with WithStubOptions: those the
+// harness can apply on every connection are kept, WithOnClose callbacks are
+// kept apart (the harness needs its own), and those that would break the
+// harness are refused by name.
+func (c *config) sortStubOptions() error {
+	for _, o := range c.stubOptions {
+		e, err := stubopt.Inspect(o)
+		if err != nil {
+			return fmt.Errorf("plugin.WithStubOptions: %w", err)
+		}
+		for _, f := range e.Fields {
+			switch f {
+			case "onClose":
+				c.onClose = append(c.onClose, e.OnClose)
+			case "name":
+				if e.PluginName != c.name {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with the plugin's name %q: "+
+						"set the name once, with plugin.WithPluginName", e.Name, e.PluginName, c.name)
+				}
+			case "idx":
+				if e.PluginIdx != c.idx {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with the plugin's index %q: "+
+						"set the index once, with plugin.WithPluginIdx", e.Name, e.PluginIdx, c.idx)
+				}
+			case "socketPath":
+				if c.socketPath != "" && c.socketPath != e.SocketPath {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with socket path %q: set one of them",
+						e.Name, e.SocketPath, c.socketPath)
+				}
+				c.socketPath = e.SocketPath
+			case "dialer", "clientOpts", "serverOpts", "logger", "failurePolicy":
+				c.passStubOptions = append(c.passStubOptions, o)
+			case "conn":
+				return fmt.Errorf("plugin.WithStubOptions(%s) refused: a connection serves once and the harness "+
+					"reconnects; use plugin.WithSocketPath, or stub.WithDialer to make each connection", e.Name)
+			default:
+				return fmt.Errorf("plugin.WithStubOptions(%s) refused: it sets the stub's %q, which the harness "+
+					"does not know how to share", e.Name, f)
+			}
+		}
 	}
 	return nil
 }
@@ -264,8 +342,47 @@ func sanitizeID(s string) string {
 // reports it.
 func (p *Plugin) Instance() *hapi.Instance { return p.self }
 
-// Name is the plugin name; Idx its index.
+// Name is the plugin name the plugin registers with. Stamps and the
+// handover directory use Key, which is the same unless the name has
+// characters an annotation key cannot carry.
 func (p *Plugin) Name() string { return p.cfg.name }
+
+// Key is the name of the plugin's stamp annotation (after the stamp
+// prefix) and of its handover directory: Name itself if it is a valid
+// annotation key segment, else a valid name derived from it, the same for
+// every instance (`nri-handover status --plugin` takes either).
+func (p *Plugin) Key() string { return p.cfg.key }
+
+// RegistrationTimeout is the runtime's plugin registration timeout, as
+// stub.Stub.RegistrationTimeout: the default until a Configure said
+// otherwise, then what the last Configure said.
+func (p *Plugin) RegistrationTimeout() time.Duration { return p.runtimeInfo().registrationTimeout }
+
+// RequestTimeout is the runtime's plugin request timeout, as
+// stub.Stub.RequestTimeout: the default until a Configure said otherwise,
+// then what the last Configure said.
+func (p *Plugin) RequestTimeout() time.Duration { return p.runtimeInfo().requestTimeout }
+
+// RuntimeName is the runtime's name from the last Configure ("" before
+// the first), e.g. "containerd".
+func (p *Plugin) RuntimeName() string { return p.runtimeInfo().name }
+
+// RuntimeVersion is the runtime's version from the last Configure.
+func (p *Plugin) RuntimeVersion() string { return p.runtimeInfo().version }
+
+// RuntimeNRIVersion is the runtime's NRI version, as
+// stub.Stub.RuntimeNRIVersion ("unknown" before the first Configure).
+func (p *Plugin) RuntimeNRIVersion() string { return p.runtimeInfo().nriVersion }
+
+// PluginNRIVersion is the NRI version the plugin is built with, as
+// stub.Stub.PluginNRIVersion.
+func (p *Plugin) PluginNRIVersion() string { return nriversion.GetFromBuildInfo() }
+
+func (p *Plugin) runtimeInfo() runtimeInfo {
+	p.stubMu.Lock()
+	defer p.stubMu.Unlock()
+	return p.runtime
+}
 
 // Idx is the plugin's registration index.
 func (p *Plugin) Idx() string { return p.cfg.idx }
@@ -276,9 +393,22 @@ func (p *Plugin) Version() *version.Version { return p.version }
 // Role is this instance's current role.
 func (p *Plugin) Role() Role { return p.coord.Status().Role }
 
-// Ready reports whether this instance owns the plugin, with a reason; use
-// it for a readiness probe so that a rollout waits for the handover.
-func (p *Plugin) Ready() (bool, string) { return p.coord.Ready() }
+// Ready reports whether this instance owns the plugin and is connected to
+// the runtime, with a reason; use it for a readiness probe so that a
+// rollout waits for the handover.
+func (p *Plugin) Ready() (bool, string) {
+	ready, why := p.coord.Ready()
+	if !ready {
+		return false, why
+	}
+	p.stubMu.Lock()
+	connected := p.stub != nil && p.configured
+	p.stubMu.Unlock()
+	if !connected {
+		return false, "owner, but not connected to the runtime (reconnecting)"
+	}
+	return true, why
+}
 
 // Status is this instance's handover state.
 func (p *Plugin) Status() *hapi.StatusResponse { return p.coord.Status() }
@@ -332,8 +462,7 @@ func (p *Plugin) requestResync(reason string) {
 // returns nil after a clean stop, and an error at once for a configuration
 // the NRI stub refuses (retrying could not change it).
 func (p *Plugin) Run(ctx context.Context) error {
-	defer p.dir.Close()
-	defer p.coord.Close()
+	defer p.release()
 	if p.cfg.metricsAddr != "" {
 		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
 		if err != nil {
@@ -370,6 +499,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
 			p.disconnect(c)
+			for _, f := range p.cfg.onClose {
+				f() // the author's, in addition to the harness's own
+			}
 			select {
 			case <-c.synced: // that connection worked: start the backoff over
 				delay.Reset()
@@ -384,6 +516,23 @@ func (p *Plugin) Run(ctx context.Context) error {
 			delay.Reset()
 		}
 	}
+}
+
+// Close releases a Plugin whose Run was never called: New already serves
+// the handover protocol and holds the handover directory. After Run, or a
+// second time, it does nothing. It returns nil: there is nothing an error
+// could make the caller do.
+func (p *Plugin) Close() error {
+	p.release()
+	return nil
+}
+
+// release stops serving the handover protocol and closes the directory.
+func (p *Plugin) release() {
+	p.closeOnce.Do(func() {
+		p.coord.Close()
+		p.dir.Close()
+	})
 }
 
 type serveEnd int
@@ -450,7 +599,7 @@ func (p *Plugin) connect(ctx context.Context) (*conn, error) {
 	if os.Getenv(api.PluginIdxEnvVar) == "" {
 		opts = append(opts, stub.WithPluginIdx(p.cfg.idx))
 	}
-	opts = append(opts, p.cfg.stubOptions...)
+	opts = append(opts, p.cfg.passStubOptions...)
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
@@ -461,8 +610,10 @@ func (p *Plugin) connect(ctx context.Context) (*conn, error) {
 		return nil, &configError{fmt.Errorf("create NRI stub: %w", err)}
 	}
 	c.stub = s
+	c.adapter.stub = s
 	p.stubMu.Lock()
 	p.stub = s
+	p.configured = false
 	p.stubMu.Unlock()
 	if err := s.Start(ctx); err != nil {
 		p.disconnect(c)
@@ -479,6 +630,7 @@ func (p *Plugin) disconnect(c *conn) {
 	p.stubMu.Lock()
 	if p.stub == c.stub {
 		p.stub = nil
+		p.configured = false
 	}
 	p.stubMu.Unlock()
 	c.stub.Stop()
