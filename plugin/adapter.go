@@ -162,8 +162,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	}
 	if reconcile {
 		go func() {
-			<-a.synced // outside the request: Reconcile may update containers
-			if err := r.Reconcile(context.Background(), p, older); err != nil {
+			<-a.synced                                              // outside the request: Reconcile may update containers
+			if err := r.Reconcile(p.runCtx, p, older); err != nil { // ends when the plugin stops
 				p.log.WithError(err).Warn("reconcile failed")
 			}
 		}()

@@ -51,6 +51,9 @@ type config struct {
 	onClose         []func()
 	metricsAddr     string
 	started         time.Time
+	// stopSignals, if stopSignalsSet, replace the default (see Run).
+	stopSignals    []os.Signal
+	stopSignalsSet bool
 }
 
 // WithVersion sets the plugin's own version (required): it is reported to
@@ -127,6 +130,19 @@ func WithLeaveTimeout(d time.Duration) Option {
 // WithLogger sets the logrus entry the harness logs to.
 func WithLogger(l *logrus.Entry) Option {
 	return func(c *config) error { c.log = l; return nil }
+}
+
+// WithStopSignals sets the signals on which Run and Start stop the plugin
+// (an owner hands over first), whatever context they are given;
+// WithStopSignals() with none leaves every signal to the caller. Without
+// this option the harness stops on SIGTERM and SIGINT only when its
+// context can never end (context.Background()), so that an upstream-style
+// Run(context.Background()) does not lose the handover on SIGTERM.
+func WithStopSignals(sigs ...os.Signal) Option {
+	return func(c *config) error {
+		c.stopSignals, c.stopSignalsSet = sigs, true
+		return nil
+	}
 }
 
 // WithMetricsAddr serves /metrics, /healthz and /readyz (see

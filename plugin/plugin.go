@@ -114,6 +114,16 @@ type Plugin struct {
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects atomic.Uint64
 
 	closeOnce sync.Once
+	stuck     atomic.Bool // a stop gave up waiting for a handler
+
+	// The run: begin sets runCtx and cancel (once), finish sets runErr
+	// and closes done.
+	lifeMu  sync.Mutex
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	stopped bool // Stop or Close was called
+	runErr  error
+	done    chan struct{}
 }
 
 // runtimeInfo is what a Configure request told the plugin.
@@ -177,6 +187,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		handles: handles,
 		version: v,
 		resync:  make(chan string, 1),
+		done:    make(chan struct{}),
 		runtime: runtimeInfo{
 			registrationTimeout: stub.DefaultRegistrationTimeout, requestTimeout: stub.DefaultRequestTimeout,
 			nriVersion: "unknown",
@@ -456,13 +467,120 @@ func (p *Plugin) requestResync(reason string) {
 	}
 }
 
-// Run connects to the runtime and serves until ctx ends, reconnecting with
-// backoff when the runtime goes away. When ctx ends, an owner first hands
-// over to a standby (bounded by the leave timeout), then disconnects. Run
-// returns nil after a clean stop, and an error at once for a configuration
-// the NRI stub refuses (retrying could not change it).
+// Run connects to the runtime and serves until ctx ends or Stop is
+// called, reconnecting with backoff when the runtime goes away. When it
+// stops, an owner first hands over to a standby (bounded by the leave
+// timeout), then disconnects. Run returns nil after a clean stop, and an
+// error at once for a configuration the NRI stub refuses (retrying could
+// not change it).
+//
+// A ctx that can never end (context.Background(), as upstream samples pass
+// to the stub's Run) would let SIGTERM kill the process without handing
+// over: with such a ctx the harness stops on SIGTERM or SIGINT itself,
+// unless WithStopSignals says otherwise.
+//
+// A Plugin runs once: Run (or Start) a second time returns an error.
 func (p *Plugin) Run(ctx context.Context) error {
-	defer p.release()
+	if err := p.begin(ctx); err != nil {
+		return err
+	}
+	p.finish(p.loop(nil))
+	return p.runErr
+}
+
+// Start connects to the runtime and returns once the first connection is
+// registered and configured, as stub.Stub.Start does; the plugin then
+// serves in the background, as Run does, until ctx ends or Stop is called.
+// Failed connections are retried with backoff meanwhile: Start returns an
+// error only for a configuration the stub refuses, or when ctx ends or
+// Stop is called first. Wait waits for the end.
+func (p *Plugin) Start(ctx context.Context) error {
+	if err := p.begin(ctx); err != nil {
+		return err
+	}
+	configured := make(chan struct{})
+	go func() { p.finish(p.loop(configured)) }()
+	select {
+	case <-configured:
+		return nil
+	case <-p.done:
+		if p.runErr != nil {
+			return p.runErr
+		}
+		return errors.New("plugin stopped before it was configured")
+	}
+}
+
+// Stop stops a plugin started by Start or Run, as its context ending
+// would (an owner hands over first), and waits until it stopped. On a
+// plugin never started it is Close.
+func (p *Plugin) Stop() {
+	p.lifeMu.Lock()
+	cancel := p.cancel
+	p.stopped = true
+	p.lifeMu.Unlock()
+	if cancel == nil {
+		p.release()
+		return
+	}
+	cancel()
+	<-p.done
+}
+
+// Wait waits until a plugin started by Start or Run stopped; on a plugin
+// never started it returns at once.
+func (p *Plugin) Wait() {
+	p.lifeMu.Lock()
+	started := p.cancel != nil
+	p.lifeMu.Unlock()
+	if started {
+		<-p.done
+	}
+}
+
+// begin makes the context the plugin runs in: ctx, ended by Stop and, as
+// Run says, by the stop signals.
+func (p *Plugin) begin(ctx context.Context) error {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.cancel != nil {
+		return errors.New("plugin already started: a Plugin runs once; create another with New")
+	}
+	if p.stopped {
+		return errors.New("plugin stopped or closed before it started")
+	}
+	sigs := p.cfg.stopSignals
+	if !p.cfg.stopSignalsSet && ctx.Done() == nil { // Background, TODO: never ends
+		sigs = defaultStopSignals
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if len(sigs) > 0 {
+		var stopNotify context.CancelFunc
+		ctx, stopNotify = signal.NotifyContext(ctx, sigs...)
+		prev := cancel
+		cancel = func() { stopNotify(); prev() }
+		p.log.WithField("signals", fmt.Sprint(sigs)).Debug("stopping on these signals")
+	}
+	p.runCtx, p.cancel = ctx, cancel
+	return nil
+}
+
+// finish records how the plugin ended and releases it.
+func (p *Plugin) finish(err error) {
+	p.runErr = err
+	p.cancel() // the signal handler, if any
+	p.release()
+	close(p.done)
+}
+
+// defaultStopSignals are the signals the harness stops on when the caller
+// gave it a context that can never end.
+var defaultStopSignals = []os.Signal{syscall.SIGTERM, os.Interrupt}
+
+// loop serves until p.runCtx ends; it closes configured (if not nil) when
+// the first connection is configured.
+func (p *Plugin) loop(configured chan struct{}) error {
+	ctx := p.runCtx
 	if p.cfg.metricsAddr != "" {
 		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
 		if err != nil {
@@ -489,6 +607,10 @@ func (p *Plugin) Run(ctx context.Context) error {
 				return nil
 			}
 			continue
+		}
+		if configured != nil {
+			close(configured) // stub.Start returns once configured
+			configured = nil
 		}
 		switch p.serve(ctx, c) {
 		case stopped:
@@ -518,18 +640,24 @@ func (p *Plugin) Run(ctx context.Context) error {
 	}
 }
 
-// Close releases a Plugin whose Run was never called: New already serves
-// the handover protocol and holds the handover directory. After Run, or a
-// second time, it does nothing. It returns nil: there is nothing an error
-// could make the caller do.
+// Close releases a Plugin whose Run or Start was never called: New
+// already serves the handover protocol and holds the handover directory.
+// On a running plugin it is Stop; after the plugin stopped, or a second
+// time, it does nothing. It returns nil: there is nothing an error could
+// make the caller do.
 func (p *Plugin) Close() error {
-	p.release()
+	p.Stop()
 	return nil
 }
 
 // release stops serving the handover protocol and closes the directory.
+// After a leave that gave up on a stuck handler, the coordinator cannot be
+// closed (it waits for that handler too): it is left to the process's end.
 func (p *Plugin) release() {
 	p.closeOnce.Do(func() {
+		if p.stuck.Load() {
+			return
+		}
 		p.coord.Close()
 		p.dir.Close()
 	})
@@ -638,15 +766,32 @@ func (p *Plugin) disconnect(c *conn) {
 
 // leave hands ownership to a standby, if there is one, before this instance
 // stops; afterwards the instance acts on nothing.
+//
+// A handler of the author's that never returns holds the event section,
+// which Leave waits for: the stop then goes on without the handover once
+// the leave timeout and stuckGrace have passed, so that it never hangs.
 func (p *Plugin) leave() {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
 	defer cancel()
-	if handed := p.coord.Leave(ctx); handed {
-		p.log.Info("stopped; ownership is with another instance")
-	} else {
-		p.log.Info("stopped as owner; no standby took over")
+	left := make(chan bool, 1)
+	go func() { left <- p.coord.Leave(ctx) }()
+	select {
+	case handed := <-left:
+		if handed {
+			p.log.Info("stopped; ownership is with another instance")
+		} else {
+			p.log.Info("stopped as owner; no standby took over")
+		}
+	case <-time.After(p.cfg.leaveTimeout + stuckGrace):
+		p.stuck.Store(true)
+		p.log.WithField("waited", (p.cfg.leaveTimeout + stuckGrace).String()).
+			Error("stopping without handing over: a handler has not returned")
 	}
 }
+
+// stuckGrace is how long past the leave timeout a stop waits for a
+// handler that does not return.
+const stuckGrace = time.Second
 
 // failpointFromEnv reads EnvFailpoint (fault tests only).
 func failpointFromEnv() (func(handover.Step), error) {
