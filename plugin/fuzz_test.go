@@ -169,7 +169,7 @@ func FuzzNew(f *testing.F) {
 		case nameErr != nil:
 			want = "invalid plugin name " + strconv.Quote(wantName)
 		case wantID != "" && !validInstanceID(wantID):
-			want = "instance id (option, -instance or $" + EnvInstance + "): invalid instance id"
+			want = "instance id (option, -handover-instance or $" + EnvInstance + "): invalid instance id"
 		case envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
 			want = "$" + EnvFailpoint + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
 		case len(sock) > maxSocketPath:

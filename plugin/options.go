@@ -22,6 +22,9 @@ const (
 	EnvDir = "NRI_HANDOVER_DIR"
 	// EnvPolicy selects the handover policy by name.
 	EnvPolicy = "NRI_HANDOVER_POLICY"
+	// EnvVersion is the plugin's version when neither WithVersion nor
+	// -handover-version gives it.
+	EnvVersion = "NRI_HANDOVER_VERSION"
 	// EnvFailpoint is for fault tests only: "<step>:<action>" makes the
 	// instance kill itself (action "kill", SIGKILL) or stop itself ("stop",
 	// SIGSTOP) when the handover protocol reaches step (a handover.Step,
@@ -56,9 +59,11 @@ type config struct {
 	stopSignalsSet bool
 }
 
-// WithVersion sets the plugin's own version (required): it is reported to
-// the other instances, written into every stamp and compared by policies.
-// Any version hashicorp/go-version accepts, e.g. "1.4.0" or "2.0.0-rc.1".
+// WithVersion sets the plugin's own version (required, here, by
+// -handover-version or by $NRI_HANDOVER_VERSION): it is reported to the
+// other instances, written into every stamp and compared by policies. Any
+// version hashicorp/go-version accepts, e.g. "1.4.0" or "2.0.0-rc.1". Of
+// several WithVersion options the last counts.
 func WithVersion(v string) Option {
 	return func(c *config) error { c.version = v; return nil }
 }
@@ -183,27 +188,81 @@ func WithStubOptions(opts ...stub.Option) Option {
 	return func(c *config) error { c.stubOptions = append(c.stubOptions, opts...); return nil }
 }
 
-// Flags holds the command-line flags a plugin binary usually offers.
+// Flags holds the command-line flags a plugin binary offers for the
+// harness; see RegisterFlags.
 type Flags struct {
-	Name, Idx, Socket, Dir, Instance, Policy, MetricsAddr string
+	Name, Idx, Socket, Dir, Instance, Policy, Version, MetricsAddr string
+
+	fs      *flag.FlagSet
+	adopted map[*string]string // field -> name of a flag defined before RegisterFlags
 }
 
-// RegisterFlags defines -name, -idx, -nri-socket, -handover-dir, -instance,
-// -policy and -metrics-addr on fs. Pass the result's Options to New after parsing.
-func RegisterFlags(fs *flag.FlagSet) *Flags {
-	f := &Flags{}
-	fs.StringVar(&f.Name, "name", "", "plugin name to register with (default: $NRI_PLUGIN_NAME or the binary name)")
-	fs.StringVar(&f.Idx, "idx", "", "plugin index to register with (default: $NRI_PLUGIN_IDX)")
-	fs.StringVar(&f.Socket, "nri-socket", "", "NRI socket of the runtime (default /var/run/nri/nri.sock)")
-	fs.StringVar(&f.Dir, "handover-dir", "", "handover directory shared by the instances (default "+handover.DefaultRoot+")")
-	fs.StringVar(&f.Instance, "instance", "", "instance id (default: $"+EnvInstance+" or random)")
-	fs.StringVar(&f.Policy, "policy", "", "who may take over: newest-instance (default) or newest-version")
-	fs.StringVar(&f.MetricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address (default: off)")
+// RegisterFlags defines the harness's flags on fs; pass the result's
+// Options to New after parsing. Its own flags carry a prefix, so they
+// cannot collide with a plugin's:
+//
+//	-handover-dir       the handover directory (default /var/run/nri-handover, $NRI_HANDOVER_DIR)
+//	-handover-instance  this instance's id ($NRI_HANDOVER_INSTANCE; -instance is an alias)
+//	-handover-policy    newest-instance or newest-version ($NRI_HANDOVER_POLICY; alias -policy)
+//	-handover-version   the plugin's version ($NRI_HANDOVER_VERSION)
+//	-handover-metrics-addr  serve /metrics, /healthz, /readyz (alias -metrics-addr)
+//
+// The registration flags are NRI's: -name, -idx and -socket-path (alias
+// -nri-socket). A flag of any of these names that fs already has, such as
+// the -name, -idx and -socket-path every upstream sample defines, is
+// adopted, not defined again: its value is read when Options is called. So
+// call RegisterFlags after defining your own flags. An alias is defined
+// only when fs does not have that name already.
+func RegisterFlags(fs *flag.FlagSet) *Flags { return registerFlags(fs, true) }
+
+// RegisterHandoverFlags defines only the harness's prefixed flags of
+// RegisterFlags (-handover-dir, -handover-instance, -handover-policy,
+// -handover-version, -handover-metrics-addr), none of NRI's or the aliases,
+// so it may be called before the plugin defines its own flags. -name, -idx
+// and -socket-path are still adopted if fs has them when Options is called.
+func RegisterHandoverFlags(fs *flag.FlagSet) *Flags { return registerFlags(fs, false) }
+
+func registerFlags(fs *flag.FlagSet, full bool) *Flags {
+	f := &Flags{fs: fs, adopted: map[*string]string{}}
+	def := func(target *string, name, usage string, aliases ...string) {
+		if fs.Lookup(name) != nil {
+			f.adopted[target] = name
+		} else {
+			fs.StringVar(target, name, "", usage)
+		}
+		for _, a := range aliases {
+			if full && fs.Lookup(a) == nil {
+				fs.StringVar(target, a, "", "alias of -"+name)
+			}
+		}
+	}
+	nri := func(target *string, name, usage string, aliases ...string) {
+		if full {
+			def(target, name, usage, aliases...)
+		} else {
+			f.adopted[target] = name // if someone defines it
+		}
+	}
+	nri(&f.Name, "name", "plugin name to register with (default: $NRI_PLUGIN_NAME or the binary name)")
+	nri(&f.Idx, "idx", "plugin index to register with (default: $NRI_PLUGIN_IDX)")
+	nri(&f.Socket, "socket-path", "NRI socket of the runtime (default /var/run/nri/nri.sock)", "nri-socket")
+	def(&f.Dir, "handover-dir", "handover directory shared by the instances (default $"+EnvDir+" or "+handover.DefaultRoot+")")
+	def(&f.Instance, "handover-instance", "instance id (default: $"+EnvInstance+" or random)", "instance")
+	def(&f.Policy, "handover-policy", "who may take over: newest-instance (default) or newest-version (default: $"+EnvPolicy+")", "policy")
+	def(&f.Version, "handover-version", "the plugin's version, reported and stamped (default: $"+EnvVersion+")")
+	def(&f.MetricsAddr, "handover-metrics-addr", "serve /metrics, /healthz and /readyz on this address (default: off)", "metrics-addr")
 	return f
 }
 
 // Options turns the parsed flags into options; unset flags add nothing.
 func (f *Flags) Options() ([]Option, error) {
+	for target, name := range f.adopted {
+		if *target == "" {
+			if fl := f.fs.Lookup(name); fl != nil {
+				*target = fl.Value.String()
+			}
+		}
+	}
 	var opts []Option
 	if f.Name != "" {
 		opts = append(opts, WithPluginName(f.Name))
@@ -219,6 +278,9 @@ func (f *Flags) Options() ([]Option, error) {
 	}
 	if f.Instance != "" {
 		opts = append(opts, WithInstanceID(f.Instance))
+	}
+	if f.Version != "" {
+		opts = append(opts, WithVersion(f.Version))
 	}
 	if f.MetricsAddr != "" {
 		opts = append(opts, WithMetricsAddr(f.MetricsAddr))
@@ -236,6 +298,9 @@ func (f *Flags) Options() ([]Option, error) {
 // applyDefaults fills in what neither options nor flags set, from the
 // environment as NRI does, then from defaults.
 func (c *config) applyDefaults() error {
+	if c.version == "" {
+		c.version = os.Getenv(EnvVersion)
+	}
 	if c.root == "" {
 		c.root = os.Getenv(EnvDir)
 	}

@@ -153,7 +153,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		return nil, err
 	}
 	if c.version == "" {
-		return nil, errors.New("plugin version not set: use plugin.WithVersion")
+		return nil, errors.New("plugin version not set: use plugin.WithVersion, -handover-version or $" + EnvVersion)
 	}
 	v, err := stamp.ParseVersion(c.version)
 	if err != nil {
@@ -169,7 +169,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		c.instance = randomID()
 	}
 	if err := stamp.ValidateInstance(c.instance); err != nil {
-		return nil, fmt.Errorf("instance id (option, -instance or $%s): %w", EnvInstance, err)
+		return nil, fmt.Errorf("instance id (option, -handover-instance or $%s): %w", EnvInstance, err)
 	}
 	handles := eventsOf(p)
 	if handles == 0 {
