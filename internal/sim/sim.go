@@ -444,6 +444,11 @@ func (r *Runtime) AllCreated() []*api.Container {
 // RunPod creates a pod (id "pod-<n>", namespace "default") and sends
 // RunPodSandbox. The pod is stored only if the event succeeded.
 func (r *Runtime) RunPod(ctx context.Context, name string) (*api.PodSandbox, error) {
+	return r.RunPodAnnotated(ctx, name, nil)
+}
+
+// RunPodAnnotated is RunPod for a pod with the given annotations.
+func (r *Runtime) RunPodAnnotated(ctx context.Context, name string, annotations map[string]string) (*api.PodSandbox, error) {
 	defer r.blockSync().Unblock()
 
 	if err := r.checkStopped(); err != nil {
@@ -457,6 +462,9 @@ func (r *Runtime) RunPod(ctx context.Context, name string) (*api.PodSandbox, err
 		Namespace:   "default",
 		Labels:      map[string]string{"io.kubernetes.pod.name": name},
 		Annotations: map[string]string{},
+	}
+	for k, v := range annotations {
+		pod.Annotations[k] = v
 	}
 	err := r.deliver(EventRunPodSandbox, pod.Id, false, func() error {
 		return r.nri.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: cloneMsg(pod)})
