@@ -199,7 +199,7 @@ func (p *Plugin) check(c *api.Container) error {
 func (p *Plugin) noteInvalid(c *api.Container, err error) {
 	if err != nil && !errors.Is(err, stamp.ErrNoStamp) {
 		p.badStamps.Add(1)
-		p.metrics.badStamps.Inc()
+		p.obs.BadStamp()
 		p.log.WithError(err).WithField("container", c.GetId()).Warn("ignoring invalid stamp")
 	}
 }
@@ -230,7 +230,7 @@ func (a *adapter) enter() Role {
 func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 	if role == RoleOwner {
 		p.acted.Add(1)
-		p.metrics.event(event, resultActed)
+		p.obs.Event(event, resultActed)
 		return true
 	}
 	p.skip(event, id, role)
@@ -240,7 +240,7 @@ func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 // skip counts and logs an event this instance does not act on.
 func (p *Plugin) skip(event eventKind, id string, role Role) {
 	p.skipped.Add(1)
-	p.metrics.event(event, resultSkipped)
+	p.obs.Event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "role": role.String()}).
 			Debug("skipped: this instance does not own the plugin")
@@ -261,7 +261,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		// Another instance of this plugin got here first; a second claim on
 		// the same fields would make the runtime reject the container.
 		p.skippedStamped.Add(1)
-		p.metrics.event(evCreateContainer, resultSkippedStamped)
+		p.obs.Event(evCreateContainer, resultSkippedStamped)
 		if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
 				Debug("skipped: container already stamped")
@@ -269,7 +269,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		return nil, nil, nil
 	}
 	p.acted.Add(1)
-	p.metrics.event(evCreateContainer, resultActed)
+	p.obs.Event(evCreateContainer, resultActed)
 	var (
 		adjust  *api.ContainerAdjustment
 		updates []*api.ContainerUpdate

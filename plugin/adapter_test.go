@@ -39,3 +39,20 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 		t.Fatal("Shutdown reached the author through a closed connection")
 	}
 }
+
+// TestInstanceAndStatusAreCopies: what Instance and Status return is the
+// caller's; changing it changes nothing in the plugin.
+func TestInstanceAndStatusAreCopies(t *testing.T) {
+	p, err := New(&shutdowner{}, WithVersion("1.0.0"), WithPluginName("copies"), WithPluginIdx("10"),
+		WithHandoverDir(fzRoot(t)), WithInstanceID("a"), WithLogger(fzLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Instance().Id = "changed"
+	st := p.Status()
+	st.Role, st.Instance.Version = RoleOwner, "9.9.9"
+	if p.Instance().Id != "a" || p.Status().Role != RoleJoining || p.Status().Instance.Version != "1.0.0" {
+		t.Fatalf("the plugin changed with its copies: %v %v", p.Instance(), p.Status())
+	}
+}

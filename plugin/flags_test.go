@@ -3,7 +3,11 @@ package plugin
 import (
 	"flag"
 	"io"
+	"regexp"
+	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus"
 )
 
 // TestFlagsCoexistWithTheAuthors: a plugin that defines -name, -idx and
@@ -78,5 +82,30 @@ func TestVersionFromEnvironment(t *testing.T) {
 	defer p.Close()
 	if p.Version().Original() != "1.0.0" {
 		t.Fatalf("version %s, want the option's 1.0.0", p.Version())
+	}
+}
+
+// TestMetricsAddrNeedsTheMetricsPackage: this test binary does not link
+// plugin/metrics, so a metrics address is refused at New with the fix.
+func TestMetricsAddrNeedsTheMetricsPackage(t *testing.T) {
+	_, err := New(fzAuthor{}, WithVersion("1.0.0"), WithPluginName("m"), WithPluginIdx("10"),
+		WithHandoverDir(fzRoot(t)), WithLogger(fzLogger()), WithMetricsAddr(":0"))
+	if err == nil || !strings.Contains(err.Error(), `import _ "github.com/nri-handover/nri-handover/plugin/metrics"`) {
+		t.Fatalf("New with a metrics address and no metrics: %v", err)
+	}
+}
+
+// TestDefaultLogHasMilliseconds: the harness's default logger stamps
+// milliseconds, to tell the steps of a handover apart.
+func TestDefaultLogHasMilliseconds(t *testing.T) {
+	var buf strings.Builder
+	std := logrus.StandardLogger()
+	out, formatter := std.Out, std.Formatter
+	defer func() { std.SetOutput(out); std.SetFormatter(formatter) }()
+	std.SetOutput(&buf)
+	std.SetFormatter(&logrus.TextFormatter{DisableColors: true})
+	defaultLogger().Info("x")
+	if !regexp.MustCompile(`time="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}`).MatchString(buf.String()) {
+		t.Fatalf("default log line %q has no millisecond timestamp", buf.String())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -95,7 +96,7 @@ func FuzzNew(f *testing.F) {
 		envName, envIdx, envInstance, envPolicy, envFailpoint string) {
 		env := map[string]string{
 			api.PluginNameEnvVar: envName, api.PluginIdxEnvVar: envIdx, EnvInstance: envInstance,
-			EnvPolicy: envPolicy, EnvFailpoint: envFailpoint,
+			EnvPolicy: envPolicy, failpoint.Env: envFailpoint,
 		}
 		for _, v := range env {
 			if strings.ContainsRune(v, 0) {
@@ -170,8 +171,8 @@ func FuzzNew(f *testing.F) {
 			want = "invalid plugin name " + strconv.Quote(wantName)
 		case wantID != "" && !validInstanceID(wantID):
 			want = "instance id (option, -handover-instance or $" + EnvInstance + "): invalid instance id"
-		case envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
-			want = "$" + EnvFailpoint + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
+		case failpoint.Enabled && envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
+			want = "$" + failpoint.Env + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
 		case len(sock) > maxSocketPath:
 			want = "handover: socket path "
 		}

@@ -25,11 +25,6 @@ const (
 	// EnvVersion is the plugin's version when neither WithVersion nor
 	// -handover-version gives it.
 	EnvVersion = "NRI_HANDOVER_VERSION"
-	// EnvFailpoint is for fault tests only: "<step>:<action>" makes the
-	// instance kill itself (action "kill", SIGKILL) or stop itself ("stop",
-	// SIGSTOP) when the handover protocol reaches step (a handover.Step,
-	// e.g. "yield-decided"). Never set it in production.
-	EnvFailpoint = "NRI_HANDOVER_FAILPOINT"
 )
 
 // Option configures a Plugin, in the functional-options style of the NRI
@@ -97,7 +92,10 @@ func WithInstanceID(id string) Option {
 }
 
 // WithPolicy sets who may take over: handover.NewestInstance (default) or
-// handover.NewestVersion.
+// handover.NewestVersion. A newcomer the policy refuses stays standby: it
+// keeps its connection (its Configure ran, its other handlers are not
+// called) and claims again in a new Synchronize, after reconnecting, once
+// the owner leaves.
 func WithPolicy(p handover.Policy) Option {
 	return func(c *config) error {
 		if p == nil {
@@ -109,7 +107,8 @@ func WithPolicy(p handover.Policy) Option {
 }
 
 // WithClaimTimeout bounds the negotiation inside Synchronize (default
-// 500 ms). It must stay well below the runtime's request timeout.
+// 500 ms). It must stay well below the runtime's request timeout: the
+// author's Synchronize runs after the claim, in the same request.
 func WithClaimTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -132,7 +131,9 @@ func WithLeaveTimeout(d time.Duration) Option {
 	}
 }
 
-// WithLogger sets the logrus entry the harness logs to.
+// WithLogger sets the logrus entry the harness logs to. Default: logrus's
+// standard logger; with millisecond timestamps if its
+// formatter is logrus's default.
 func WithLogger(l *logrus.Entry) Option {
 	return func(c *config) error { c.log = l; return nil }
 }
@@ -151,7 +152,11 @@ func WithStopSignals(sigs ...os.Signal) Option {
 }
 
 // WithMetricsAddr serves /metrics, /healthz and /readyz (see
-// Plugin.Handler) on addr, e.g. ":9101", while Run runs. Default: off.
+// metrics.Handler) on addr, e.g. ":9101", while Run runs. Default: off.
+// The metrics are in package plugin/metrics, which the binary must import
+// (import _ "github.com/nri-handover/nri-handover/plugin/metrics"): New
+// refuses an address without it, so that a binary without metrics links
+// no Prometheus client.
 func WithMetricsAddr(addr string) Option {
 	return func(c *config) error { c.metricsAddr = addr; return nil }
 }
@@ -173,7 +178,8 @@ func WithOnClose(f func()) Option {
 }
 
 // WithStubOptions passes options to the underlying NRI stub, which the
-// harness creates anew for each connection to the runtime. New checks each:
+// harness creates anew for each connection to the runtime (so the author's
+// Configure runs again on each). New checks each:
 //
 //   - stub.WithOnClose: called in addition to the harness's own callback,
 //     as WithOnClose says;
@@ -324,7 +330,31 @@ func (c *config) applyDefaults() error {
 		c.leaveTimeout = handover.DefaultLeaveTimeout
 	}
 	if c.log == nil {
-		c.log = logrus.NewEntry(logrus.StandardLogger())
+		c.log = logrus.NewEntry(defaultLogger())
 	}
 	return nil
+}
+
+// timestampFormat is the harness's log timestamp: milliseconds, to see
+// the steps of a handover apart.
+const timestampFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// defaultLogger is logrus's standard logger, or, if its formatter is still
+// logrus's default (second resolution), a logger with the standard
+// logger's output, level and hooks at the time of New and millisecond
+// timestamps.
+func defaultLogger() *logrus.Logger {
+	std := logrus.StandardLogger()
+	tf, ok := std.Formatter.(*logrus.TextFormatter)
+	if !ok || tf.TimestampFormat != "" {
+		return std // the author chose a format
+	}
+	l := logrus.New()
+	l.SetOutput(std.Out)
+	l.SetLevel(std.GetLevel())
+	l.ReplaceHooks(std.Hooks)
+	l.ExitFunc = std.ExitFunc
+	l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: timestampFormat,
+		DisableColors: tf.DisableColors, ForceColors: tf.ForceColors})
+	return l
 }

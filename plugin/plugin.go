@@ -14,8 +14,25 @@
 //   - calls an optional Reconcile hook once after it becomes owner, with the
 //     containers that older versions stamped.
 //
+// What the harness changes for the author's handlers, beyond calling them
+// on the owner only:
+//
+//   - Every instance subscribes to CreateContainer and stamps each container
+//     it creates, also for a plugin that only observes (a logger) or only
+//     validates: the runtime sees an annotation adjustment from it.
+//   - The author's Synchronize runs on the instance that becomes owner, with
+//     only the containers no instance of the plugin has stamped; Reconcile
+//     gets those older versions stamped.
+//   - The author's Configure runs again on every connection: at each
+//     reconnect after the runtime went away, and when a standby reconnects
+//     to claim ownership in a new Synchronize. Make it idempotent.
+//   - ValidateContainerAdjustment and Shutdown reach the owner's author
+//     only; the other instances accept every adjustment.
+//
 // Converting a stub plugin means replacing stub.New with plugin.New and
-// adding plugin.WithVersion; see the package example.
+// adding plugin.WithVersion (see the package example), or, with no other
+// change, importing the drop-in package plugin/stub instead of
+// containerd/nri's pkg/stub.
 package plugin
 
 import (
@@ -27,7 +44,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -38,11 +54,14 @@ import (
 	nriversion "github.com/containerd/nri/pkg/version"
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/names"
+	"github.com/nri-handover/nri-handover/internal/observe"
 	"github.com/nri-handover/nri-handover/internal/stubopt"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -100,8 +119,8 @@ type Plugin struct {
 	stampKey string
 	log      *logrus.Entry
 
-	resync  chan string // a standby should claim again in a new Synchronize
-	metrics *metrics
+	resync chan string      // a standby should claim again in a new Synchronize
+	obs    observe.Observer // metrics, if the binary links plugin/metrics
 
 	stubMu sync.Mutex
 	stub   stub.Stub // the current runtime connection; nil between connections
@@ -142,6 +161,11 @@ type runtimeInfo struct {
 // New checks the stub options given with WithStubOptions, as the stub would
 // apply them, and refuses with an error naming the option any that cannot
 // work under the harness (see WithStubOptions).
+//
+// Whatever p implements, the instance subscribes to CreateContainer to
+// stamp each container it creates, the author's Configure runs on every
+// connection and the author's Synchronize sees only unstamped containers:
+// see the package documentation.
 func New(p interface{}, opts ...Option) (*Plugin, error) {
 	c := config{started: time.Now()}
 	for _, o := range opts {
@@ -198,7 +222,10 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 	}
 	pl.log = c.log.WithFields(logrus.Fields{"plugin": c.name, "version": v.Original(), "instance": c.instance})
-	pl.metrics = newMetrics(pl) // its gauges read pl.coord only when scraped
+	if c.metricsAddr != "" && observe.New == nil {
+		return nil, observe.ErrNoMetrics
+	}
+	pl.obs = newObserver(pl) // its gauges read pl.coord only when scraped
 
 	dir, err := handover.OpenDir(c.root, c.key)
 	if err != nil {
@@ -214,7 +241,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
 	pl.stampKey = pl.signer.Key()
-	failpoint, err := failpointFromEnv()
+	failpoint, err := failpoint.FromEnv() // only in a build with tag failpoints
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +256,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		OnPromoted: func(epoch uint64) {
 			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished")
 		},
-		OnOutcome: pl.metrics.outcome,
+		OnOutcome: pl.obs.Outcome,
 	})
 	if err != nil {
 		return nil, err
@@ -350,8 +377,8 @@ func sanitizeID(s string) string {
 }
 
 // Instance returns this instance's identity as the handover protocol
-// reports it.
-func (p *Plugin) Instance() *hapi.Instance { return p.self }
+// reports it: a copy, which the caller may keep or change.
+func (p *Plugin) Instance() *hapi.Instance { return proto.Clone(p.self).(*hapi.Instance) }
 
 // Name is the plugin name the plugin registers with. Stamps and the
 // handover directory use Key, which is the same unless the name has
@@ -421,8 +448,11 @@ func (p *Plugin) Ready() (bool, string) {
 	return true, why
 }
 
-// Status is this instance's handover state.
-func (p *Plugin) Status() *hapi.StatusResponse { return p.coord.Status() }
+// Status is this instance's handover state: a copy, which the caller may
+// keep or change.
+func (p *Plugin) Status() *hapi.StatusResponse {
+	return proto.Clone(p.coord.Status()).(*hapi.StatusResponse)
+}
 
 // RoleChanged returns a channel that is closed at the next role change.
 func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }
@@ -582,10 +612,11 @@ var defaultStopSignals = []os.Signal{syscall.SIGTERM, os.Interrupt}
 func (p *Plugin) loop(configured chan struct{}) error {
 	ctx := p.runCtx
 	if p.cfg.metricsAddr != "" {
-		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
+		stop, err := p.obs.Serve(ctx, p.cfg.metricsAddr)
 		if err != nil {
-			return err
+			return fmt.Errorf("metrics endpoint: %w", err)
 		}
+		p.log.WithField("addr", p.cfg.metricsAddr).Info("serving /metrics, /healthz, /readyz")
 		defer stop()
 	}
 	delay := backoff.New(50*time.Millisecond, 5*time.Second)
@@ -792,41 +823,3 @@ func (p *Plugin) leave() {
 // stuckGrace is how long past the leave timeout a stop waits for a
 // handler that does not return.
 const stuckGrace = time.Second
-
-// failpointFromEnv reads EnvFailpoint (fault tests only).
-func failpointFromEnv() (func(handover.Step), error) {
-	v := os.Getenv(EnvFailpoint)
-	if v == "" {
-		return nil, nil
-	}
-	step, action, ok := strings.Cut(v, ":")
-	var sig syscall.Signal
-	switch action {
-	case "kill":
-		sig = syscall.SIGKILL
-	case "stop":
-		sig = syscall.SIGSTOP
-	default:
-		ok = false
-	}
-	if !ok {
-		return nil, fmt.Errorf("$%s=%q: want <step>:kill or <step>:stop", EnvFailpoint, v)
-	}
-	return func(s handover.Step) {
-		if string(s) != step {
-			return
-		}
-		if sig == syscall.SIGKILL {
-			_ = syscall.Kill(os.Getpid(), sig)
-			return
-		}
-		// The kernel stops the other threads asynchronously and this one
-		// could run on for a moment: wait for the SIGCONT that only comes
-		// once the process was continued, so the stop is exactly here.
-		cont := make(chan os.Signal, 1)
-		signal.Notify(cont, syscall.SIGCONT)
-		defer signal.Stop(cont)
-		_ = syscall.Kill(os.Getpid(), sig)
-		<-cont
-	}, nil
-}
