@@ -18,6 +18,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -234,7 +235,10 @@ func (c *Coordinator) serve() error {
 		l.Close()
 		return fmt.Errorf("handover: %w", err)
 	}
-	srv, err := ttrpc.NewServer(ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser()))
+	// The test kit may freeze this service (nothing registered in production).
+	opts := append([]ttrpc.ServerOpt{ttrpc.WithServerHandshaker(ttrpc.UnixSocketRequireSameUser())},
+		kithook.Lookup(path).ServerOptions()...)
+	srv, err := ttrpc.NewServer(opts...)
 	if err != nil {
 		l.Close()
 		return fmt.Errorf("handover: new ttrpc server: %w", err)

@@ -60,6 +60,7 @@ import (
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/failpoint"
+	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/internal/observe"
 	"github.com/nri-handover/nri-handover/internal/stubopt"
@@ -245,6 +246,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The test kit may freeze this instance at the protocol's steps.
+	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
 	pl.coord, err = handover.New(handover.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
@@ -802,6 +805,10 @@ func (p *Plugin) disconnect(c *conn) {
 // which Leave waits for: the stop then goes on without the handover once
 // the leave timeout and stuckGrace have passed, so that it never hangs.
 func (p *Plugin) leave() {
+	if kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).Crashed() {
+		p.log.Info("crashed (test kit): stopped without a handover")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.leaveTimeout)
 	defer cancel()
 	left := make(chan bool, 1)

@@ -27,6 +27,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/internal/rollout"
+	"github.com/nri-handover/nri-handover/plugin/plugintest"
 )
 
 const usage = `usage: nri-handover <command> [flags]
@@ -86,9 +87,14 @@ type demoReport struct {
 	MaxEventUS       int64          `json:"max_event_us"`
 	FailedCreates    int            `json:"failed_creates"`
 	Dropped          int            `json:"dropped"`
+	Unstamped        int            `json:"unstamped"`
+	InDoubt          int            `json:"in_doubt"`
+	CaughtUp         int            `json:"caught_up"`
 	Acted            map[string]int `json:"acted"`
 	Instances        int            `json:"instances"`
 	ElapsedMS        int64          `json:"elapsed_ms"`
+	Runtime          string         `json:"runtime"`
+	Faults           []string       `json:"faults,omitempty"`
 	OK               bool           `json:"ok"`
 	Problems         []string       `json:"problems,omitempty"`
 }
@@ -102,7 +108,13 @@ func demo(args []string, out io.Writer) error {
 	containers := fs.Int("containers", def.ContainersPerPod, "containers per pod")
 	workers := fs.Int("workers", def.Workers, "concurrent pod lifecycles")
 	order := fs.String("order", "same", "chain position of newcomers: same (same index, as a DaemonSet) or alternate (newcomer first and second in turn)")
-	seed := fs.Int64("seed", def.Seed, "seed of the random handover moments")
+	seed := fs.Int64("seed", def.Seed, "seed of the random handover and fault moments")
+	mode := fs.String("runtime", string(plugintest.ModeContainerd),
+		"how the runtime fences a plugin's sync from events: containerd (BlockPluginSync around every operation), "+
+			"cri-o (none), gap (events delivered between a newcomer's Synchronize and its append), "+
+			"exit-stop (containerd plus self-exit StopContainers without BlockPluginSync)")
+	faults := fs.Int("faults", 0, "owner kills or freezes at random moments")
+	requestTimeout := fs.Duration("request-timeout", 0, "the runtime's plugin request timeout (default: NRI's 2s; a frozen owner holds events up this long)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	verbose := fs.Bool("v", false, "print the instances' logs to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -111,6 +123,11 @@ func demo(args []string, out io.Writer) error {
 	cfg := def
 	cfg.Events, cfg.Handovers, cfg.ContainersPerPod, cfg.Workers, cfg.Seed = *events, *handovers, *containers, *workers, *seed
 	cfg.Versions = strings.Split(*versions, ",")
+	m, err := plugintest.ParseMode(*mode)
+	if err != nil {
+		return fmt.Errorf("-runtime: %w", err)
+	}
+	cfg.Mode, cfg.Faults, cfg.RequestTimeout = m, *faults, *requestTimeout
 	switch *order {
 	case "same":
 		cfg.Order = rollout.SameIndex
@@ -136,6 +153,7 @@ func demo(args []string, out io.Writer) error {
 		Handovers: len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
 		MaxEventUS:    res.Stats.MaxEventLatency.Microseconds(),
 		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
+		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Runtime: string(res.Mode), Faults: res.Faults,
 		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
 	}
 	for _, h := range res.Handovers {
@@ -186,6 +204,12 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	fmt.Fprintf(tw, "missed\t%d\n", rep.Missed)
 	fmt.Fprintf(tw, "failed container creations\t%d\n", rep.FailedCreates)
 	fmt.Fprintf(tw, "instances dropped by the runtime\t%d\n", rep.Dropped)
+	if rep.Runtime != string(plugintest.ModeContainerd) || len(rep.Faults) > 0 {
+		fmt.Fprintf(tw, "runtime mode\t%s\n", rep.Runtime)
+		fmt.Fprintf(tw, "faults (owner kills, freezes)\t%d\n", len(rep.Faults))
+		fmt.Fprintf(tw, "events in doubt\t%d\n", rep.InDoubt)
+		fmt.Fprintf(tw, "caught up after a gap\t%d\n", rep.CaughtUp)
+	}
 	fmt.Fprintf(tw, "handovers\t%d\n", rep.Handovers)
 	fmt.Fprintf(tw, "longest handover (start to owner)\t%v\n", time.Duration(rep.MaxHandoverUS)*time.Microsecond)
 	fmt.Fprintf(tw, "longest delay of an event by a switch\t%v\n", time.Duration(rep.MaxSwitchDelayUS)*time.Microsecond)

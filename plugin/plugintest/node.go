@@ -1,0 +1,476 @@
+package plugintest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/stamp"
+)
+
+// Constructor returns the author's plugin value for one new instance at
+// version (a value with the NRI stub's handler methods, as plugin.New
+// takes), and the options the author creates it with. The node adds its
+// own options after them: WithVersion, WithPluginName, WithPluginIdx,
+// WithSocketPath, WithHandoverDir, WithInstanceID and WithLogger, and a
+// dialer through WithStubOptions; options given to Node.Start come last.
+type Constructor func(version string) (p interface{}, opts []plugin.Option)
+
+// Config configures a Node.
+type Config struct {
+	// Plugin makes the instances; required.
+	Plugin Constructor
+	// Name is the plugin name the instances register with; default
+	// "plugintest".
+	Name string
+	// Idx is their plugin index; default "10".
+	Idx string
+	// Runtime configures the node's runtime.
+	Runtime RuntimeOptions
+	// Log receives the instances' logs; nil discards them.
+	Log io.Writer
+}
+
+// Node is one node's NRI runtime, handover directory and the instances of
+// one plugin. Its methods are safe for concurrent use.
+type Node struct {
+	cfg    Config
+	rt     *Runtime
+	root   string
+	ledger *Ledger
+	log    *logrus.Logger
+
+	mu        sync.Mutex
+	instances []*Instance
+	pods      int
+	closeOnce sync.Once
+}
+
+// NewNode starts a runtime and creates a handover directory (under
+// /dev/shm where it can, a tmpfs as on a node). Close the node when done.
+func NewNode(cfg Config) (*Node, error) {
+	if cfg.Plugin == nil {
+		return nil, errors.New("plugintest: Config.Plugin (the constructor) is required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "plugintest"
+	}
+	if cfg.Idx == "" {
+		cfg.Idx = "10"
+	}
+	rt, err := StartRuntime(cfg.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp(tempBase(), "nho-")
+	if err != nil {
+		rt.Stop()
+		return nil, fmt.Errorf("plugintest: handover directory: %w", err)
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	if cfg.Log != nil {
+		log.SetOutput(cfg.Log)
+	}
+	return &Node{cfg: cfg, rt: rt, root: root, ledger: NewLedger(), log: log}, nil
+}
+
+// tempBase is /dev/shm where it is usable, else the default temporary
+// directory.
+func tempBase() string {
+	const shm = "/dev/shm"
+	if st, err := os.Stat(shm); err == nil && st.IsDir() && unix.Access(shm, unix.W_OK) == nil {
+		return shm
+	}
+	return ""
+}
+
+// Runtime returns the node's runtime.
+func (n *Node) Runtime() *Runtime { return n.rt }
+
+// Ledger returns the record of which instance acted on which event.
+func (n *Node) Ledger() *Ledger { return n.ledger }
+
+// HandoverDir returns the handover root directory the instances share.
+func (n *Node) HandoverDir() string { return n.root }
+
+// Instances returns every instance started, in start order.
+func (n *Node) Instances() []*Instance {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*Instance(nil), n.instances...)
+}
+
+// Owner returns the running instance that owns the plugin, nil if none.
+func (n *Node) Owner() *Instance {
+	for _, in := range n.Instances() {
+		if in.Running() && in.p.Role() == plugin.RoleOwner {
+			return in
+		}
+	}
+	return nil
+}
+
+// Start creates an instance of the plugin at version and runs it (Run, in
+// a goroutine); opts are added after the node's own options (e.g. a
+// different WithPluginIdx; the name, handover directory and instance id
+// must stay the node's). It returns once the instance runs; see
+// Instance.WaitOwner.
+func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
+	n.mu.Lock()
+	seq := len(n.instances)
+	n.mu.Unlock()
+	id := instanceID(seq, version)
+	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("plugintest: %w", err)
+	}
+	socket := dir.InstanceSocket(id)
+	dir.Close()
+
+	in := &Instance{n: n, id: id, version: version, socket: socket, done: make(chan struct{})}
+	in.h = kithook.Register(socket)
+	in.conns = &conns{h: in.h}
+	author, aopts := n.cfg.Plugin(version)
+	in.handlers = newHandlers(author, func(ev Event, oid string) { n.ledger.Record(ev, oid, id, version) })
+	all := append(append([]plugin.Option(nil), aopts...),
+		plugin.WithVersion(version),
+		plugin.WithPluginName(n.cfg.Name),
+		plugin.WithPluginIdx(n.cfg.Idx),
+		plugin.WithSocketPath(n.rt.SocketPath()),
+		plugin.WithHandoverDir(n.root),
+		plugin.WithInstanceID(id),
+		plugin.WithLogger(logrus.NewEntry(n.log)),
+		plugin.WithStubOptions(stub.WithDialer(in.conns.dial)),
+	)
+	all = append(all, opts...)
+	in.p, err = plugin.New(in.handlers, all...)
+	if err != nil {
+		kithook.Unregister(socket)
+		return nil, fmt.Errorf("plugintest: start instance %s: %w", id, err)
+	}
+	if in.p.Name() != n.cfg.Name || in.p.Instance().Id != id {
+		kithook.Unregister(socket)
+		return nil, fmt.Errorf("plugintest: start instance %s: its name and id are the node's (Config.Name): options to Start must not change them", id)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	go func() {
+		in.err = in.p.Run(ctx)
+		close(in.done)
+	}()
+	n.mu.Lock()
+	n.instances = append(n.instances, in)
+	n.mu.Unlock()
+	return in, nil
+}
+
+// instanceID names the seq-th instance, e.g. "i03-v2.0.0".
+func instanceID(seq int, version string) string {
+	b := []byte(version)
+	for i, ch := range b {
+		ok := ch == '-' || ch == '_' || ch == '.' || ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z'
+		if !ok {
+			b[i] = '-'
+		}
+	}
+	return fmt.Sprintf("i%02d-v%s", seq, b)
+}
+
+// Upgrade replaces the owner as a DaemonSet rollout with maxSurge does: it
+// starts an instance at version, waits until it owns the plugin, then
+// stops the previous owner (a clean stop: it hands over first). It returns
+// the new instance.
+func (n *Node) Upgrade(ctx context.Context, version string, opts ...plugin.Option) (*Instance, error) {
+	old := n.Owner()
+	next, err := n.Start(version, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := next.WaitOwner(ctx); err != nil {
+		return next, err
+	}
+	if old != nil {
+		if err := old.Stop(); err != nil {
+			return next, fmt.Errorf("plugintest: stop %s: %w", old.id, err)
+		}
+	}
+	return next, nil
+}
+
+// Rollback is Upgrade to an older version: with the default handover
+// policy (handover.NewestInstance) the newest instance takes over whatever
+// its version.
+func (n *Node) Rollback(ctx context.Context, version string, opts ...plugin.Option) (*Instance, error) {
+	return n.Upgrade(ctx, version, opts...)
+}
+
+// Lifecycles runs pods pods, one after the other, through their whole
+// lives with containers containers each (see Runtime.Lifecycle).
+func (n *Node) Lifecycles(ctx context.Context, pods, containers int) error {
+	for i := 0; i < pods; i++ {
+		n.mu.Lock()
+		n.pods++
+		name := fmt.Sprintf("pod%d", n.pods)
+		n.mu.Unlock()
+		if err := n.rt.Lifecycle(ctx, name, containers); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Load runs pod lifecycles (containers containers each, see
+// Runtime.Lifecycle) on workers goroutines, back to back, until the
+// returned stop function is called: the load under which to upgrade. stop
+// lets the lifecycles under way finish (no event is cut off) and returns
+// the first error one of them returned.
+func (n *Node) Load(ctx context.Context, workers, containers int) (stop func() error) {
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		stopped = make(chan struct{})
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stopped:
+					return
+				case <-ctx.Done():
+					return
+				default:
+				}
+				n.mu.Lock()
+				n.pods++
+				name := fmt.Sprintf("pod%d", n.pods)
+				n.mu.Unlock()
+				if err := n.rt.Lifecycle(ctx, name, containers); err != nil && ctx.Err() == nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return func() error {
+		once.Do(func() { close(stopped) })
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return first
+	}
+}
+
+// Result is what Check found.
+type Result struct {
+	// Events compares the events the runtime delivered, of the kinds every
+	// instance subscribed to, with the calls of the author's handlers.
+	Events Report
+	// StampProblems lists the created containers (first 20) without one
+	// valid stamp, or stamped by another instance than the one whose
+	// handler saw their CreateContainer.
+	StampProblems []string
+	// Unstamped counts the created containers without a valid stamp (all
+	// of them, not only the first 20): containers no instance processed.
+	Unstamped int
+}
+
+// OK reports whether every event reached the author's handlers exactly
+// once and every container carries one valid stamp.
+func (r Result) OK() bool { return r.Events.OK() && len(r.StampProblems) == 0 }
+
+// Err returns nil if OK, else an error listing what is wrong.
+func (r Result) Err() error {
+	if r.OK() {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("plugintest: ")
+	b.WriteString(r.Events.String())
+	for _, p := range r.StampProblems {
+		b.WriteString("\n  ")
+		b.WriteString(p)
+	}
+	return errors.New(b.String())
+}
+
+// Check compares the node's ledger with the events the runtime delivered
+// and verifies every created container's stamp. Call it when no event is
+// in flight.
+func (n *Node) Check() (Result, error) {
+	var res Result
+	mask := ^api.EventMask(0)
+	for _, in := range n.Instances() {
+		mask &= in.handlers.subscribed()
+	}
+	kinds := kindsOf(mask)
+	res.Events = n.ledger.Compare(n.rt.Issued(), func(e Event) bool { return kinds[e] })
+
+	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	if err != nil {
+		return res, fmt.Errorf("plugintest: check stamps: %w", err)
+	}
+	keyPath := dir.KeyPath()
+	dir.Close()
+	key, err := stamp.LoadOrCreateKey(keyPath)
+	if err != nil {
+		return res, fmt.Errorf("plugintest: check stamps: %w", err)
+	}
+	signer, err := stamp.NewSigner(n.cfg.Name, key)
+	if err != nil {
+		return res, fmt.Errorf("plugintest: check stamps: %w", err)
+	}
+	for _, c := range n.rt.AllCreated() {
+		st, err := signer.Verify(c.Id, c.Annotations)
+		acted := n.ledger.Acted(EventCreateContainer, c.Id)
+		var problem string
+		switch {
+		case err != nil:
+			res.Unstamped++
+			problem = fmt.Sprintf("container %s: %v", c.Id, err)
+		case len(acted) != 1 || acted[0] != st.Instance:
+			problem = fmt.Sprintf("container %s: stamped by %s, created by %v", c.Id, st.Instance, acted)
+		}
+		if problem != "" && len(res.StampProblems) < maxTexts {
+			res.StampProblems = append(res.StampProblems, problem)
+		}
+	}
+	sort.Strings(res.StampProblems)
+	return res, nil
+}
+
+// Verify is Check, as one error: nil when every event reached the author's
+// handlers exactly once and every container carries one valid stamp.
+func (n *Node) Verify() error {
+	res, err := n.Check()
+	if err != nil {
+		return err
+	}
+	return res.Err()
+}
+
+// Close stops every instance still running (thawing frozen ones first),
+// stops the runtime and removes the handover directory. A request timeout
+// set through Config.Runtime is set back to the default.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		for _, in := range n.Instances() {
+			in.Thaw()
+			_ = in.Stop()
+			kithook.Unregister(in.socket)
+		}
+		n.rt.Stop()
+		os.RemoveAll(n.root)
+		if n.cfg.Runtime.RequestTimeout != 0 {
+			adaptation.SetPluginRequestTimeout(adaptation.DefaultPluginRequestTimeout)
+		}
+	})
+}
+
+// Instance is one instance of the author's plugin on a Node.
+type Instance struct {
+	n        *Node
+	id       string
+	version  string
+	socket   string
+	p        *plugin.Plugin
+	h        *kithook.Instance
+	conns    *conns
+	handlers *handlers
+
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned, with its error in err
+	err    error
+}
+
+// ID is the instance id, e.g. "i01-v2.0.0" (the ledger names instances so).
+func (in *Instance) ID() string { return in.id }
+
+// Version is the plugin version the instance runs.
+func (in *Instance) Version() string { return in.version }
+
+// Plugin is the harness's instance (its role, status and counters).
+func (in *Instance) Plugin() *plugin.Plugin { return in.p }
+
+// Done is closed when the instance's Run has returned.
+func (in *Instance) Done() <-chan struct{} { return in.done }
+
+// Running reports whether the instance's Run has not returned.
+func (in *Instance) Running() bool {
+	select {
+	case <-in.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// WaitOwner waits, on the instance's change notifications, until it owns
+// the plugin, or ctx ends, or the instance stops.
+func (in *Instance) WaitOwner(ctx context.Context) error {
+	for {
+		ch := in.p.RoleChanged()
+		if in.p.Role() == plugin.RoleOwner {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-in.done:
+			return fmt.Errorf("plugintest: instance %s stopped before it owned the plugin: %v", in.id, in.err)
+		case <-ctx.Done():
+			_, why := in.p.Ready()
+			return fmt.Errorf("plugintest: instance %s never became owner (%s): %w", in.id, why, ctx.Err())
+		}
+	}
+}
+
+// Stop stops the instance as the kubelet does, by ending Run's context
+// (SIGTERM): an owner hands over to a standby first. It waits for Run and
+// returns what Run returned. It may be called again.
+func (in *Instance) Stop() error {
+	in.cancel()
+	<-in.done
+	return in.err
+}
+
+// Crash stops the instance abruptly, as SIGKILL would: its runtime
+// connection and its handover socket close without a handover (no Leave).
+// Handlers of the author's that are still running go on, unseen: their
+// results reach nobody. It waits for Run to return.
+func (in *Instance) Crash() {
+	in.h.Crash()
+	in.conns.cut()
+	in.cancel()
+	<-in.done
+}
+
+// Freeze stops the instance as SIGSTOP would: its runtime connection and
+// its handover service neither read nor answer, and its handover protocol
+// halts at its next step, until Thaw. The runtime drops a plugin that does
+// not answer within its request timeout. (The harness's background
+// goroutines, such as a standby's watch of the owner, are not frozen.)
+func (in *Instance) Freeze() { in.h.Freeze() }
+
+// Thaw ends a Freeze, as SIGCONT would.
+func (in *Instance) Thaw() { in.h.Thaw() }

@@ -1,0 +1,257 @@
+package plugintest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+
+	"github.com/nri-handover/nri-handover/plugin"
+)
+
+// handlers is what the harness sees of the author's plugin in a Node: it
+// has every handler of the NRI stub, records each call in the node's ledger
+// and passes it on to the author's handler, if the author has one. Its
+// Configure subscribes to exactly the events the author's plugin would
+// (its handlers, narrowed by its own Configure), so the runtime sends
+// what it would send the author's plugin alone.
+type handlers struct {
+	author  interface{}
+	handles api.EventMask // the author's handlers
+	record  func(ev Event, id string)
+
+	mu         sync.Mutex
+	configured api.EventMask // the last subscription (0 before Configure)
+}
+
+var (
+	_ stub.ConfigureInterface           = (*handlers)(nil)
+	_ stub.SynchronizeInterface         = (*handlers)(nil)
+	_ stub.RunPodInterface              = (*handlers)(nil)
+	_ stub.UpdatePodInterface           = (*handlers)(nil)
+	_ stub.PostUpdatePodInterface       = (*handlers)(nil)
+	_ stub.StopPodInterface             = (*handlers)(nil)
+	_ stub.RemovePodInterface           = (*handlers)(nil)
+	_ stub.CreateContainerInterface     = (*handlers)(nil)
+	_ stub.PostCreateContainerInterface = (*handlers)(nil)
+	_ stub.StartContainerInterface      = (*handlers)(nil)
+	_ stub.PostStartContainerInterface  = (*handlers)(nil)
+	_ stub.UpdateContainerInterface     = (*handlers)(nil)
+	_ stub.PostUpdateContainerInterface = (*handlers)(nil)
+	_ stub.StopContainerInterface       = (*handlers)(nil)
+	_ stub.RemoveContainerInterface     = (*handlers)(nil)
+	_ plugin.ReconcileInterface         = (*handlers)(nil)
+)
+
+// eventKinds maps the NRI events to the ledger's kinds.
+var eventKinds = map[api.Event]Event{
+	api.Event_RUN_POD_SANDBOX:         EventRunPodSandbox,
+	api.Event_UPDATE_POD_SANDBOX:      EventUpdatePodSandbox,
+	api.Event_POST_UPDATE_POD_SANDBOX: EventPostUpdatePodSandbox,
+	api.Event_STOP_POD_SANDBOX:        EventStopPodSandbox,
+	api.Event_REMOVE_POD_SANDBOX:      EventRemovePodSandbox,
+	api.Event_CREATE_CONTAINER:        EventCreateContainer,
+	api.Event_POST_CREATE_CONTAINER:   EventPostCreateContainer,
+	api.Event_START_CONTAINER:         EventStartContainer,
+	api.Event_POST_START_CONTAINER:    EventPostStartContainer,
+	api.Event_UPDATE_CONTAINER:        EventUpdateContainer,
+	api.Event_POST_UPDATE_CONTAINER:   EventPostUpdateContainer,
+	api.Event_STOP_CONTAINER:          EventStopContainer,
+	api.Event_REMOVE_CONTAINER:        EventRemoveContainer,
+}
+
+// handlesOf returns the events p has stub handlers for.
+func handlesOf(p interface{}) api.EventMask {
+	var m api.EventMask
+	has := map[api.Event]bool{}
+	_, has[api.Event_RUN_POD_SANDBOX] = p.(stub.RunPodInterface)
+	_, has[api.Event_UPDATE_POD_SANDBOX] = p.(stub.UpdatePodInterface)
+	_, has[api.Event_POST_UPDATE_POD_SANDBOX] = p.(stub.PostUpdatePodInterface)
+	_, has[api.Event_STOP_POD_SANDBOX] = p.(stub.StopPodInterface)
+	_, has[api.Event_REMOVE_POD_SANDBOX] = p.(stub.RemovePodInterface)
+	_, has[api.Event_CREATE_CONTAINER] = p.(stub.CreateContainerInterface)
+	_, has[api.Event_POST_CREATE_CONTAINER] = p.(stub.PostCreateContainerInterface)
+	_, has[api.Event_START_CONTAINER] = p.(stub.StartContainerInterface)
+	_, has[api.Event_POST_START_CONTAINER] = p.(stub.PostStartContainerInterface)
+	_, has[api.Event_UPDATE_CONTAINER] = p.(stub.UpdateContainerInterface)
+	_, has[api.Event_POST_UPDATE_CONTAINER] = p.(stub.PostUpdateContainerInterface)
+	_, has[api.Event_STOP_CONTAINER] = p.(stub.StopContainerInterface)
+	_, has[api.Event_REMOVE_CONTAINER] = p.(stub.RemoveContainerInterface)
+	for e, ok := range has {
+		if ok {
+			m.Set(e)
+		}
+	}
+	return m
+}
+
+// kindsOf returns the ledger kinds of the events in m.
+func kindsOf(m api.EventMask) map[Event]bool {
+	out := map[Event]bool{}
+	for e, k := range eventKinds {
+		if m.IsSet(e) {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+func newHandlers(author interface{}, record func(Event, string)) *handlers {
+	return &handlers{author: author, handles: handlesOf(author), record: record}
+}
+
+// subscribed returns the events the instance subscribed to in its last
+// Configure, CreateContainer included (the harness always stamps); before
+// any Configure, the author's handlers and CreateContainer.
+func (h *handlers) subscribed() api.EventMask {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.configured
+	if m == 0 {
+		m = h.handles
+	}
+	m.Set(api.Event_CREATE_CONTAINER)
+	return m
+}
+
+func (h *handlers) Configure(ctx context.Context, config, runtime, version string) (api.EventMask, error) {
+	m := h.handles
+	if c, ok := h.author.(stub.ConfigureInterface); ok {
+		am, err := c.Configure(ctx, config, runtime, version)
+		if err != nil {
+			return 0, err
+		}
+		if am != 0 {
+			m = am & h.handles
+		}
+	}
+	// The harness subscribes to CreateContainer anyway; a non-zero mask
+	// keeps it from reading 0 as "every handler this value has".
+	m.Set(api.Event_CREATE_CONTAINER)
+	h.mu.Lock()
+	h.configured = m
+	h.mu.Unlock()
+	return m, nil
+}
+
+func (h *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	if s, ok := h.author.(stub.SynchronizeInterface); ok {
+		return s.Synchronize(ctx, pods, ctrs)
+	}
+	return nil, nil
+}
+
+func (h *handlers) Reconcile(ctx context.Context, p *plugin.Plugin, older []*plugin.StampedContainer) error {
+	if r, ok := h.author.(plugin.ReconcileInterface); ok {
+		return r.Reconcile(ctx, p, older)
+	}
+	return nil
+}
+
+func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	h.record(EventRunPodSandbox, pod.GetId())
+	if a, ok := h.author.(stub.RunPodInterface); ok {
+		return a.RunPodSandbox(ctx, pod)
+	}
+	return nil
+}
+
+func (h *handlers) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
+	h.record(EventUpdatePodSandbox, pod.GetId())
+	if a, ok := h.author.(stub.UpdatePodInterface); ok {
+		return a.UpdatePodSandbox(ctx, pod, overhead, res)
+	}
+	return nil
+}
+
+func (h *handlers) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	h.record(EventPostUpdatePodSandbox, pod.GetId())
+	if a, ok := h.author.(stub.PostUpdatePodInterface); ok {
+		return a.PostUpdatePodSandbox(ctx, pod)
+	}
+	return nil
+}
+
+func (h *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	h.record(EventStopPodSandbox, pod.GetId())
+	if a, ok := h.author.(stub.StopPodInterface); ok {
+		return a.StopPodSandbox(ctx, pod)
+	}
+	return nil
+}
+
+func (h *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	h.record(EventRemovePodSandbox, pod.GetId())
+	if a, ok := h.author.(stub.RemovePodInterface); ok {
+		return a.RemovePodSandbox(ctx, pod)
+	}
+	return nil
+}
+
+// CreateContainer is recorded whether or not the author has a handler:
+// the harness calls it for every container this instance acts on, and
+// stamps the container after it.
+func (h *handlers) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	h.record(EventCreateContainer, c.GetId())
+	if a, ok := h.author.(stub.CreateContainerInterface); ok {
+		return a.CreateContainer(ctx, pod, c)
+	}
+	return nil, nil, nil
+}
+
+func (h *handlers) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	h.record(EventPostCreateContainer, c.GetId())
+	if a, ok := h.author.(stub.PostCreateContainerInterface); ok {
+		return a.PostCreateContainer(ctx, pod, c)
+	}
+	return nil
+}
+
+func (h *handlers) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	h.record(EventStartContainer, c.GetId())
+	if a, ok := h.author.(stub.StartContainerInterface); ok {
+		return a.StartContainer(ctx, pod, c)
+	}
+	return nil
+}
+
+func (h *handlers) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	h.record(EventPostStartContainer, c.GetId())
+	if a, ok := h.author.(stub.PostStartContainerInterface); ok {
+		return a.PostStartContainer(ctx, pod, c)
+	}
+	return nil
+}
+
+func (h *handlers) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	h.record(EventUpdateContainer, c.GetId())
+	if a, ok := h.author.(stub.UpdateContainerInterface); ok {
+		return a.UpdateContainer(ctx, pod, c, res)
+	}
+	return nil, nil
+}
+
+func (h *handlers) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	h.record(EventPostUpdateContainer, c.GetId())
+	if a, ok := h.author.(stub.PostUpdateContainerInterface); ok {
+		return a.PostUpdateContainer(ctx, pod, c)
+	}
+	return nil
+}
+
+func (h *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	h.record(EventStopContainer, c.GetId())
+	if a, ok := h.author.(stub.StopContainerInterface); ok {
+		return a.StopContainer(ctx, pod, c)
+	}
+	return nil, nil
+}
+
+func (h *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
+	h.record(EventRemoveContainer, c.GetId())
+	if a, ok := h.author.(stub.RemoveContainerInterface); ok {
+		return a.RemoveContainer(ctx, pod, c)
+	}
+	return nil
+}
