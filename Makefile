@@ -13,9 +13,14 @@ TEST_EXTRA :=
 
 all: build test
 
+# The samples that port a stub plugin (README): each built on the harness
+# and on the bare NRI stub (nri-NAME-bare), from the same source.
+SAMPLES := logger resources mounts validator
+
 build:
 	$(GO) build $(PKGS)
-	$(GO) build -o bin/ ./cmd/nri-handover ./sample-plugins/audit/cmd/nri-audit
+	$(GO) build -o bin/ ./cmd/nri-handover ./sample-plugins/audit/cmd/nri-audit \
+		$(foreach s,$(SAMPLES),./sample-plugins/$(s)/cmd/nri-$(s) ./sample-plugins/$(s)/cmd/nri-$(s)-bare)
 
 ## demo: in-process NRI runtime, sample plugin upgraded v1 -> v2 and rolled back under load.
 demo:

@@ -49,6 +49,8 @@ func eventsOf(p interface{}) api.EventMask {
 	set(ok, api.Event_STOP_CONTAINER)
 	_, ok = p.(stub.RemoveContainerInterface)
 	set(ok, api.Event_REMOVE_CONTAINER)
+	_, ok = p.(stub.ValidateContainerAdjustmentInterface)
+	set(ok, api.Event_VALIDATE_CONTAINER_ADJUSTMENT)
 	return m
 }
 
@@ -58,6 +60,7 @@ func eventsOf(p interface{}) api.EventMask {
 // only to the events the author handles, plus CreateContainer for stamping.
 type adapter struct {
 	p          *Plugin
+	stub       stub.Stub     // the stub of this connection, set before it starts
 	synced     chan struct{} // closed when Synchronize has returned
 	syncedOnce sync.Once
 	closed     atomic.Bool // set before the connection is closed by this instance
@@ -85,6 +88,9 @@ var (
 	_ stub.PostStartContainerInterface  = (*adapter)(nil)
 	_ stub.PostUpdateContainerInterface = (*adapter)(nil)
 	_ stub.RemoveContainerInterface     = (*adapter)(nil)
+	_ stub.ShutdownInterface            = (*adapter)(nil)
+
+	_ stub.ValidateContainerAdjustmentInterface = (*adapter)(nil)
 )
 
 // Configure subscribes to the author's events (narrowed by the author's own
@@ -95,6 +101,17 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 		m.Set(quietEvent)
 		return m, nil
 	}
+	// The stub has taken the timeouts and NRI version from this request
+	// before calling here, on this goroutine: read them now.
+	a.p.stubMu.Lock()
+	a.p.runtime = runtimeInfo{
+		name: runtime, version: version, nriVersion: a.stub.RuntimeNRIVersion(),
+		registrationTimeout: a.stub.RegistrationTimeout(), requestTimeout: a.stub.RequestTimeout(),
+	}
+	if a.p.stub == a.stub {
+		a.p.configured = true
+	}
+	a.p.stubMu.Unlock()
 	events := a.p.handles
 	if h, ok := a.p.author.(stub.ConfigureInterface); ok {
 		m, err := h.Configure(ctx, config, runtime, version)
@@ -182,8 +199,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	}
 	if reconcile {
 		go func() {
-			<-a.synced // outside the request: Reconcile may update containers
-			if err := r.Reconcile(context.Background(), p, older); err != nil {
+			<-a.synced                                              // outside the request: Reconcile may update containers
+			if err := r.Reconcile(p.runCtx, p, older); err != nil { // ends when the plugin stops
 				p.log.WithError(err).Warn("reconcile failed")
 			}
 		}()
@@ -219,7 +236,7 @@ func (p *Plugin) check(c *api.Container) error {
 func (p *Plugin) noteInvalid(c *api.Container, err error) {
 	if err != nil && !errors.Is(err, stamp.ErrNoStamp) {
 		p.badStamps.Add(1)
-		p.metrics.badStamps.Inc()
+		p.obs.BadStamp()
 		p.log.WithError(err).WithField("container", c.GetId()).Warn("ignoring invalid stamp")
 	}
 }
@@ -250,7 +267,7 @@ func (a *adapter) enter() Role {
 func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 	if role == RoleOwner {
 		p.acted.Add(1)
-		p.metrics.event(event, resultActed)
+		p.obs.Event(event, resultActed)
 		return true
 	}
 	p.skip(event, id, role)
@@ -260,7 +277,7 @@ func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 // skip counts and logs an event this instance does not act on.
 func (p *Plugin) skip(event eventKind, id string, role Role) {
 	p.skipped.Add(1)
-	p.metrics.event(event, resultSkipped)
+	p.obs.Event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "role": role.String()}).
 			Debug("skipped: this instance does not own the plugin")
@@ -281,7 +298,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		// Another instance of this plugin got here first; a second claim on
 		// the same fields would make the runtime reject the container.
 		p.skippedStamped.Add(1)
-		p.metrics.event(evCreateContainer, resultSkippedStamped)
+		p.obs.Event(evCreateContainer, resultSkippedStamped)
 		if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
 			p.log.WithFields(logrus.Fields{"container": c.GetId(), "by": st.Instance, "by_version": st.Version.Original()}).
 				Debug("skipped: container already stamped")
@@ -289,7 +306,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		return nil, nil, nil
 	}
 	p.acted.Add(1)
-	p.metrics.event(evCreateContainer, resultActed)
+	p.obs.Event(evCreateContainer, resultActed)
 	var (
 		adjust  *api.ContainerAdjustment
 		updates []*api.ContainerUpdate
@@ -398,4 +415,23 @@ func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	return a.event(evRemoveContainer, c.GetId(), func() error {
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
+}
+
+// ValidateContainerAdjustment hands the validation to the author's
+// validator on the owner only; the other instances accept, so the owner's
+// verdict is the plugin's.
+func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
+	return a.event(evValidateContainerAdjustment, req.GetContainer().GetId(), func() error {
+		return a.p.author.(stub.ValidateContainerAdjustmentInterface).ValidateContainerAdjustment(ctx, req)
+	})
+}
+
+// Shutdown tells the author's Shutdown, on the owner only, that the runtime
+// is shutting down.
+func (a *adapter) Shutdown(ctx context.Context) {
+	h, ok := a.p.author.(stub.ShutdownInterface)
+	if !ok || a.closed.Load() || a.p.Role() != RoleOwner {
+		return
+	}
+	h.Shutdown(ctx)
 }

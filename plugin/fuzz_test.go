@@ -21,6 +21,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/failpoint"
+	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -94,7 +96,7 @@ func FuzzNew(f *testing.F) {
 		envName, envIdx, envInstance, envPolicy, envFailpoint string) {
 		env := map[string]string{
 			api.PluginNameEnvVar: envName, api.PluginIdxEnvVar: envIdx, EnvInstance: envInstance,
-			EnvPolicy: envPolicy, EnvFailpoint: envFailpoint,
+			EnvPolicy: envPolicy, failpoint.Env: envFailpoint,
 		}
 		for _, v := range env {
 			if strings.ContainsRune(v, 0) {
@@ -140,14 +142,15 @@ func FuzzNew(f *testing.F) {
 		}
 		_, envPolicyErr := handover.ParsePolicy(envPolicy)
 		_, verErr := stamp.ParseVersion(ver)
-		_, nameErr := stamp.AnnotationKey(wantName)
+		nameErr := api.CheckPluginName(wantName) // NRI's rule; names.Key maps the rest
+		keyName := names.Key(wantName)
 		step, action, hasColon := strings.Cut(envFailpoint, ":")
 		_ = step
 		sockID := wantID
 		if sockID == "" {
 			sockID = randomID() // same length as the one New draws
 		}
-		sock := filepath.Join(root, wantName, "instances", sockID+".sock")
+		sock := filepath.Join(root, keyName, "instances", sockID+".sock")
 		var want string // a fragment the error must contain; "" if New must succeed
 		switch {
 		case claim <= 0:
@@ -165,11 +168,11 @@ func FuzzNew(f *testing.F) {
 		case envIdx != "" && envIdx != wantIdx:
 			want = "conflicts with $" + api.PluginIdxEnvVar + "=" + strconv.Quote(envIdx)
 		case nameErr != nil:
-			want = "plugin name: invalid plugin name " + strconv.Quote(wantName)
+			want = "invalid plugin name " + strconv.Quote(wantName)
 		case wantID != "" && !validInstanceID(wantID):
-			want = "instance id (option, -instance or $" + EnvInstance + "): invalid instance id"
-		case envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
-			want = "$" + EnvFailpoint + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
+			want = "instance id (option, -handover-instance or $" + EnvInstance + "): invalid instance id"
+		case failpoint.Enabled && envFailpoint != "" && (!hasColon || action != "kill" && action != "stop"):
+			want = "$" + failpoint.Env + "=" + strconv.Quote(envFailpoint) + ": want <step>:kill or <step>:stop"
 		case len(sock) > maxSocketPath:
 			want = "handover: socket path "
 		}

@@ -14,8 +14,25 @@
 //   - calls an optional Reconcile hook once after it becomes owner, with the
 //     containers that older versions stamped.
 //
+// What the harness changes for the author's handlers, beyond calling them
+// on the owner only:
+//
+//   - Every instance subscribes to CreateContainer and stamps each container
+//     it creates, also for a plugin that only observes (a logger) or only
+//     validates: the runtime sees an annotation adjustment from it.
+//   - The author's Synchronize runs on the instance that becomes owner, with
+//     only the containers no instance of the plugin has stamped; Reconcile
+//     gets those older versions stamped.
+//   - The author's Configure runs again on every connection: at each
+//     reconnect after the runtime went away, and when a standby reconnects
+//     to claim ownership in a new Synchronize. Make it idempotent.
+//   - ValidateContainerAdjustment and Shutdown reach the owner's author
+//     only; the other instances accept every adjustment.
+//
 // Converting a stub plugin means replacing stub.New with plugin.New and
-// adding plugin.WithVersion; see the package example.
+// adding plugin.WithVersion (see the package example), or, with no other
+// change, importing the drop-in package plugin/stub instead of
+// containerd/nri's pkg/stub.
 package plugin
 
 import (
@@ -28,7 +45,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,13 +52,19 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	nriversion "github.com/containerd/nri/pkg/version"
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
+	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/names"
+	"github.com/nri-handover/nri-handover/internal/observe"
+	"github.com/nri-handover/nri-handover/internal/stubopt"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -99,21 +121,53 @@ type Plugin struct {
 	stampKey string
 	log      *logrus.Entry
 
-	resync  chan string   // a standby should claim again in a new Synchronize
-	catchUp chan struct{} // an owner should replace its connection to catch up
-	metrics *metrics
+	resync  chan string      // a standby should claim again in a new Synchronize
+	catchUp chan struct{}    // an owner should replace its connection to catch up
+	obs     observe.Observer // metrics, if the binary links plugin/metrics
 
 	stubMu sync.Mutex
 	stub   stub.Stub // the current runtime connection; nil between connections
+	// What the runtime said in the last Configure, and the stub's
+	// timeouts then; configured: whether the current connection got its
+	// Configure (both guarded by stubMu).
+	runtime    runtimeInfo
+	configured bool
 
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects atomic.Uint64
+
+	closeOnce sync.Once
+
+	// The run: begin sets runCtx and cancel (once), finish sets runErr
+	// and closes done.
+	lifeMu  sync.Mutex
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	stopped bool // Stop or Close was called
+	runErr  error
+	done    chan struct{}
+}
+
+// runtimeInfo is what a Configure request told the plugin.
+type runtimeInfo struct {
+	name, version, nriVersion           string
+	registrationTimeout, requestTimeout time.Duration
 }
 
 // New creates an instance of the plugin p, which implements any of the NRI
-// stub's handler interfaces (stub.CreateContainerInterface and so on) and
-// optionally ReconcileInterface. WithVersion is required. New opens the
-// handover directory, loads (or creates) the stamp key and starts serving
-// the handover protocol; Run connects to the runtime.
+// stub's handler interfaces (stub.CreateContainerInterface,
+// stub.ValidateContainerAdjustmentInterface and so on) and optionally
+// ReconcileInterface. WithVersion is required. New opens the handover
+// directory, loads (or creates) the stamp key and starts serving the
+// handover protocol; Run connects to the runtime.
+//
+// New checks the stub options given with WithStubOptions, as the stub would
+// apply them, and refuses with an error naming the option any that cannot
+// work under the harness (see WithStubOptions).
+//
+// Whatever p implements, the instance subscribes to CreateContainer to
+// stamp each container it creates, the author's Configure runs on every
+// connection and the author's Synchronize sees only unstamped containers:
+// see the package documentation.
 func New(p interface{}, opts ...Option) (*Plugin, error) {
 	c := config{started: time.Now()}
 	for _, o := range opts {
@@ -125,7 +179,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		return nil, err
 	}
 	if c.version == "" {
-		return nil, errors.New("plugin version not set: use plugin.WithVersion")
+		return nil, errors.New("plugin version not set: use plugin.WithVersion, -handover-version or $" + EnvVersion)
 	}
 	v, err := stamp.ParseVersion(c.version)
 	if err != nil {
@@ -134,15 +188,21 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err := resolveIdentity(&c); err != nil {
 		return nil, err
 	}
+	if err := c.sortStubOptions(); err != nil {
+		return nil, err
+	}
 	if c.instance == "" {
 		c.instance = randomID()
 	}
 	if err := stamp.ValidateInstance(c.instance); err != nil {
-		return nil, fmt.Errorf("instance id (option, -instance or $%s): %w", EnvInstance, err)
+		return nil, fmt.Errorf("instance id (option, -handover-instance or $%s): %w", EnvInstance, err)
 	}
 	handles := eventsOf(p)
 	if handles == 0 {
-		if _, ok := p.(ReconcileInterface); !ok {
+		_, reconciles := p.(ReconcileInterface)
+		_, syncs := p.(stub.SynchronizeInterface)
+		_, shuts := p.(stub.ShutdownInterface)
+		if !reconciles && !syncs && !shuts {
 			return nil, fmt.Errorf("plugin %T implements no NRI handler interface", p)
 		}
 	}
@@ -154,15 +214,23 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		version: v,
 		resync:  make(chan string, 1),
 		catchUp: make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		runtime: runtimeInfo{
+			registrationTimeout: stub.DefaultRegistrationTimeout, requestTimeout: stub.DefaultRequestTimeout,
+			nriVersion: "unknown",
+		},
 		self: &hapi.Instance{
-			Plugin: c.name, Id: c.instance, Version: v.Original(),
+			Plugin: c.key, Id: c.instance, Version: v.Original(),
 			StartedUnixNano: c.started.UnixNano(), Pid: int32(os.Getpid()),
 		},
 	}
 	pl.log = c.log.WithFields(logrus.Fields{"plugin": c.name, "version": v.Original(), "instance": c.instance})
-	pl.metrics = newMetrics(pl) // its gauges read pl.coord only when scraped
+	if c.metricsAddr != "" && observe.New == nil {
+		return nil, observe.ErrNoMetrics
+	}
+	pl.obs = newObserver(pl) // its gauges read pl.coord only when scraped
 
-	dir, err := handover.OpenDir(c.root, c.name)
+	dir, err := handover.OpenDir(c.root, c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -171,12 +239,12 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stamp key: %w", err)
 	}
-	if pl.signer, err = stamp.NewSigner(c.name, key); err != nil {
+	if pl.signer, err = stamp.NewSigner(c.key, key); err != nil {
 		return nil, err
 	}
 	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
 	pl.stampKey = pl.signer.Key()
-	failpoint, err := failpointFromEnv()
+	failpoint, err := failpoint.FromEnv() // only in a build with tag failpoints
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +262,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished; catching up")
 			pl.requestCatchUp()
 		},
-		OnOutcome: pl.metrics.outcome,
+		OnOutcome: pl.obs.Outcome,
 	})
 	if err != nil {
 		return nil, err
@@ -237,8 +305,55 @@ func resolveIdentity(c *config) error {
 		return fmt.Errorf("plugin index %q (option or -idx) conflicts with $%s=%q: set one of them",
 			c.idx, api.PluginIdxEnvVar, env)
 	}
-	if _, err := stamp.AnnotationKey(c.name); err != nil {
-		return fmt.Errorf("plugin name: %w", err)
+	if err := api.CheckPluginName(c.name); err != nil {
+		return fmt.Errorf("plugin name (option, -name, $%s or the binary name): %w", api.PluginNameEnvVar, err)
+	}
+	// The stamp's annotation key and the handover directory take a
+	// narrower set of names than NRI: names.Key maps the others.
+	c.key = names.Key(c.name)
+	return nil
+}
+
+// sortStubOptions checks each option given with WithStubOptions: those the
+// harness can apply on every connection are kept, WithOnClose callbacks are
+// kept apart (the harness needs its own), and those that would break the
+// harness are refused by name.
+func (c *config) sortStubOptions() error {
+	for _, o := range c.stubOptions {
+		e, err := stubopt.Inspect(o)
+		if err != nil {
+			return fmt.Errorf("plugin.WithStubOptions: %w", err)
+		}
+		for _, f := range e.Fields {
+			switch f {
+			case "onClose":
+				c.onClose = append(c.onClose, e.OnClose)
+			case "name":
+				if e.PluginName != c.name {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with the plugin's name %q: "+
+						"set the name once, with plugin.WithPluginName", e.Name, e.PluginName, c.name)
+				}
+			case "idx":
+				if e.PluginIdx != c.idx {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with the plugin's index %q: "+
+						"set the index once, with plugin.WithPluginIdx", e.Name, e.PluginIdx, c.idx)
+				}
+			case "socketPath":
+				if c.socketPath != "" && c.socketPath != e.SocketPath {
+					return fmt.Errorf("plugin.WithStubOptions(%s(%q)) conflicts with socket path %q: set one of them",
+						e.Name, e.SocketPath, c.socketPath)
+				}
+				c.socketPath = e.SocketPath
+			case "dialer", "clientOpts", "serverOpts", "logger", "failurePolicy":
+				c.passStubOptions = append(c.passStubOptions, o)
+			case "conn":
+				return fmt.Errorf("plugin.WithStubOptions(%s) refused: a connection serves once and the harness "+
+					"reconnects; use plugin.WithSocketPath, or stub.WithDialer to make each connection", e.Name)
+			default:
+				return fmt.Errorf("plugin.WithStubOptions(%s) refused: it sets the stub's %q, which the harness "+
+					"does not know how to share", e.Name, f)
+			}
+		}
 	}
 	return nil
 }
@@ -268,11 +383,50 @@ func sanitizeID(s string) string {
 }
 
 // Instance returns this instance's identity as the handover protocol
-// reports it.
-func (p *Plugin) Instance() *hapi.Instance { return p.self }
+// reports it: a copy, which the caller may keep or change.
+func (p *Plugin) Instance() *hapi.Instance { return proto.Clone(p.self).(*hapi.Instance) }
 
-// Name is the plugin name; Idx its index.
+// Name is the plugin name the plugin registers with. Stamps and the
+// handover directory use Key, which is the same unless the name has
+// characters an annotation key cannot carry.
 func (p *Plugin) Name() string { return p.cfg.name }
+
+// Key is the name of the plugin's stamp annotation (after the stamp
+// prefix) and of its handover directory: Name itself if it is a valid
+// annotation key segment, else a valid name derived from it, the same for
+// every instance (`nri-handover status --plugin` takes either).
+func (p *Plugin) Key() string { return p.cfg.key }
+
+// RegistrationTimeout is the runtime's plugin registration timeout, as
+// stub.Stub.RegistrationTimeout: the default until a Configure said
+// otherwise, then what the last Configure said.
+func (p *Plugin) RegistrationTimeout() time.Duration { return p.runtimeInfo().registrationTimeout }
+
+// RequestTimeout is the runtime's plugin request timeout, as
+// stub.Stub.RequestTimeout: the default until a Configure said otherwise,
+// then what the last Configure said.
+func (p *Plugin) RequestTimeout() time.Duration { return p.runtimeInfo().requestTimeout }
+
+// RuntimeName is the runtime's name from the last Configure ("" before
+// the first), e.g. "containerd".
+func (p *Plugin) RuntimeName() string { return p.runtimeInfo().name }
+
+// RuntimeVersion is the runtime's version from the last Configure.
+func (p *Plugin) RuntimeVersion() string { return p.runtimeInfo().version }
+
+// RuntimeNRIVersion is the runtime's NRI version, as
+// stub.Stub.RuntimeNRIVersion ("unknown" before the first Configure).
+func (p *Plugin) RuntimeNRIVersion() string { return p.runtimeInfo().nriVersion }
+
+// PluginNRIVersion is the NRI version the plugin is built with, as
+// stub.Stub.PluginNRIVersion.
+func (p *Plugin) PluginNRIVersion() string { return nriversion.GetFromBuildInfo() }
+
+func (p *Plugin) runtimeInfo() runtimeInfo {
+	p.stubMu.Lock()
+	defer p.stubMu.Unlock()
+	return p.runtime
+}
 
 // Idx is the plugin's registration index.
 func (p *Plugin) Idx() string { return p.cfg.idx }
@@ -283,12 +437,28 @@ func (p *Plugin) Version() *version.Version { return p.version }
 // Role is this instance's current role.
 func (p *Plugin) Role() Role { return p.coord.Status().Role }
 
-// Ready reports whether this instance owns the plugin, with a reason; use
-// it for a readiness probe so that a rollout waits for the handover.
-func (p *Plugin) Ready() (bool, string) { return p.coord.Ready() }
+// Ready reports whether this instance owns the plugin and is connected to
+// the runtime, with a reason; use it for a readiness probe so that a
+// rollout waits for the handover.
+func (p *Plugin) Ready() (bool, string) {
+	ready, why := p.coord.Ready()
+	if !ready {
+		return false, why
+	}
+	p.stubMu.Lock()
+	connected := p.stub != nil && p.configured
+	p.stubMu.Unlock()
+	if !connected {
+		return false, "owner, but not connected to the runtime (reconnecting)"
+	}
+	return true, why
+}
 
-// Status is this instance's handover state.
-func (p *Plugin) Status() *hapi.StatusResponse { return p.coord.Status() }
+// Status is this instance's handover state: a copy, which the caller may
+// keep or change.
+func (p *Plugin) Status() *hapi.StatusResponse {
+	return proto.Clone(p.coord.Status()).(*hapi.StatusResponse)
+}
 
 // RoleChanged returns a channel that is closed at the next role change.
 func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }
@@ -333,19 +503,126 @@ func (p *Plugin) requestResync(reason string) {
 	}
 }
 
-// Run connects to the runtime and serves until ctx ends, reconnecting with
-// backoff when the runtime goes away. When ctx ends, an owner first hands
-// over to a standby (bounded by the leave timeout), then disconnects. Run
-// returns nil after a clean stop, and an error at once for a configuration
-// the NRI stub refuses (retrying could not change it).
+// Run connects to the runtime and serves until ctx ends or Stop is
+// called, reconnecting with backoff when the runtime goes away. When it
+// stops, an owner first hands over to a standby (bounded by the leave
+// timeout), then disconnects. Run returns nil after a clean stop, and an
+// error at once for a configuration the NRI stub refuses (retrying could
+// not change it).
+//
+// A ctx that can never end (context.Background(), as upstream samples pass
+// to the stub's Run) would let SIGTERM kill the process without handing
+// over: with such a ctx the harness stops on SIGTERM or SIGINT itself,
+// unless WithStopSignals says otherwise.
+//
+// A Plugin runs once: Run (or Start) a second time returns an error.
 func (p *Plugin) Run(ctx context.Context) error {
-	defer p.dir.Close()
-	defer p.coord.Close()
-	if p.cfg.metricsAddr != "" {
-		stop, err := p.serveHTTP(ctx, p.cfg.metricsAddr)
-		if err != nil {
-			return err
+	if err := p.begin(ctx); err != nil {
+		return err
+	}
+	p.finish(p.loop(nil))
+	return p.runErr
+}
+
+// Start connects to the runtime and returns once the first connection is
+// registered and configured, as stub.Stub.Start does; the plugin then
+// serves in the background, as Run does, until ctx ends or Stop is called.
+// Failed connections are retried with backoff meanwhile: Start returns an
+// error only for a configuration the stub refuses, or when ctx ends or
+// Stop is called first. Wait waits for the end.
+func (p *Plugin) Start(ctx context.Context) error {
+	if err := p.begin(ctx); err != nil {
+		return err
+	}
+	configured := make(chan struct{})
+	go func() { p.finish(p.loop(configured)) }()
+	select {
+	case <-configured:
+		return nil
+	case <-p.done:
+		if p.runErr != nil {
+			return p.runErr
 		}
+		return errors.New("plugin stopped before it was configured")
+	}
+}
+
+// Stop stops a plugin started by Start or Run, as its context ending
+// would (an owner hands over first), and waits until it stopped. On a
+// plugin never started it is Close.
+func (p *Plugin) Stop() {
+	p.lifeMu.Lock()
+	cancel := p.cancel
+	p.stopped = true
+	p.lifeMu.Unlock()
+	if cancel == nil {
+		p.release()
+		return
+	}
+	cancel()
+	<-p.done
+}
+
+// Wait waits until a plugin started by Start or Run stopped; on a plugin
+// never started it returns at once.
+func (p *Plugin) Wait() {
+	p.lifeMu.Lock()
+	started := p.cancel != nil
+	p.lifeMu.Unlock()
+	if started {
+		<-p.done
+	}
+}
+
+// begin makes the context the plugin runs in: ctx, ended by Stop and, as
+// Run says, by the stop signals.
+func (p *Plugin) begin(ctx context.Context) error {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.cancel != nil {
+		return errors.New("plugin already started: a Plugin runs once; create another with New")
+	}
+	if p.stopped {
+		return errors.New("plugin stopped or closed before it started")
+	}
+	sigs := p.cfg.stopSignals
+	if !p.cfg.stopSignalsSet && ctx.Done() == nil { // Background, TODO: never ends
+		sigs = defaultStopSignals
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if len(sigs) > 0 {
+		var stopNotify context.CancelFunc
+		ctx, stopNotify = signal.NotifyContext(ctx, sigs...)
+		prev := cancel
+		cancel = func() { stopNotify(); prev() }
+		p.log.WithField("signals", fmt.Sprint(sigs)).Debug("stopping on these signals")
+	}
+	p.runCtx, p.cancel = ctx, cancel
+	return nil
+}
+
+// finish records how the plugin ended and releases it.
+func (p *Plugin) finish(err error) {
+	p.runErr = err
+	p.cancel() // the signal handler, if any
+	p.release()
+	close(p.done)
+}
+
+// defaultStopSignals are the signals the harness stops on when the caller
+// gave it a context that can never end.
+var defaultStopSignals = []os.Signal{syscall.SIGTERM, os.Interrupt}
+
+// loop serves until p.runCtx ends; it closes configured (if not nil) when
+// the first connection is configured.
+func (p *Plugin) loop(configured chan struct{}) error {
+	ctx := p.runCtx
+	if p.cfg.metricsAddr != "" {
+		stop, err := p.obs.Serve(ctx, p.cfg.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics endpoint: %w", err)
+		}
+		p.log.WithField("addr", p.cfg.metricsAddr).Info("serving /metrics, /healthz, /readyz")
 		defer stop()
 	}
 	delay := backoff.New(50*time.Millisecond, 5*time.Second)
@@ -368,9 +645,12 @@ func (p *Plugin) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		if configured != nil {
+			close(configured) // stub.Start returns once configured
+			configured = nil
+		}
 	serving:
-		end := p.serve(ctx, c)
-		switch end {
+		switch p.serve(ctx, c) {
 		case stopped:
 			p.leave(c.closed)
 			if p.crashed() {
@@ -390,6 +670,9 @@ func (p *Plugin) Run(ctx context.Context) error {
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
 			p.disconnect(c)
+			for _, f := range p.cfg.onClose {
+				f() // the author's, in addition to the harness's own
+			}
 			select {
 			case <-c.synced: // that connection worked: start the backoff over
 				delay.Reset()
@@ -412,6 +695,24 @@ func (p *Plugin) Run(ctx context.Context) error {
 			delay.Reset()
 		}
 	}
+}
+
+// Close releases a Plugin whose Run or Start was never called: New
+// already serves the handover protocol and holds the handover directory.
+// On a running plugin it is Stop; after the plugin stopped, or a second
+// time, it does nothing. It returns nil: there is nothing an error could
+// make the caller do.
+func (p *Plugin) Close() error {
+	p.Stop()
+	return nil
+}
+
+// release stops serving the handover protocol and closes the directory.
+func (p *Plugin) release() {
+	p.closeOnce.Do(func() {
+		p.coord.Close()
+		p.dir.Close()
+	})
 }
 
 type serveEnd int
@@ -502,7 +803,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	if os.Getenv(api.PluginIdxEnvVar) == "" {
 		opts = append(opts, stub.WithPluginIdx(p.cfg.idx))
 	}
-	opts = append(opts, p.cfg.stubOptions...)
+	opts = append(opts, p.cfg.passStubOptions...)
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
@@ -516,9 +817,11 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 		return nil, &configError{fmt.Errorf("create NRI stub: %w", err)}
 	}
 	c.stub = s
+	c.adapter.stub = s
 	if !c.adapter.quiet {
 		p.stubMu.Lock()
 		p.stub = s
+		p.configured = false
 		p.stubMu.Unlock()
 	}
 	if err := s.Start(ctx); err != nil {
@@ -536,6 +839,7 @@ func (p *Plugin) disconnect(c *conn) {
 	p.stubMu.Lock()
 	if p.stub == c.stub {
 		p.stub = nil
+		p.configured = false
 	}
 	p.stubMu.Unlock()
 	c.stub.Stop()
@@ -546,7 +850,8 @@ func (p *Plugin) disconnect(c *conn) {
 // open), an owner keeps acting and waits, up to the leave timeout, for a
 // successor: a standby, or a new instance started meanwhile. Without a
 // connection (lost nil or closed) it acts on nothing anyway, and a newcomer
-// finds no owner to wait for: it leaves at once.
+// finds no owner to wait for: it leaves at once. Leave returns by the
+// leave timeout even if an author's handler never returns.
 func (p *Plugin) leave(lost <-chan struct{}) {
 	if p.crashed() {
 		p.log.Info("crashed (test kit): stopped without a handover")
@@ -575,41 +880,3 @@ func (p *Plugin) leave(lost <-chan struct{}) {
 // crashed reports whether the test kit (plugin/plugintest) crashed this
 // instance: it then stops as a killed process would, doing nothing.
 func (p *Plugin) crashed() bool { return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).Crashed() }
-
-// failpointFromEnv reads EnvFailpoint (fault tests only).
-func failpointFromEnv() (func(handover.Step), error) {
-	v := os.Getenv(EnvFailpoint)
-	if v == "" {
-		return nil, nil
-	}
-	step, action, ok := strings.Cut(v, ":")
-	var sig syscall.Signal
-	switch action {
-	case "kill":
-		sig = syscall.SIGKILL
-	case "stop":
-		sig = syscall.SIGSTOP
-	default:
-		ok = false
-	}
-	if !ok {
-		return nil, fmt.Errorf("$%s=%q: want <step>:kill or <step>:stop", EnvFailpoint, v)
-	}
-	return func(s handover.Step) {
-		if string(s) != step {
-			return
-		}
-		if sig == syscall.SIGKILL {
-			_ = syscall.Kill(os.Getpid(), sig)
-			return
-		}
-		// The kernel stops the other threads asynchronously and this one
-		// could run on for a moment: wait for the SIGCONT that only comes
-		// once the process was continued, so the stop is exactly here.
-		cont := make(chan os.Signal, 1)
-		signal.Notify(cont, syscall.SIGCONT)
-		defer signal.Stop(cont)
-		_ = syscall.Kill(os.Getpid(), sig)
-		<-cont
-	}, nil
-}

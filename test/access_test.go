@@ -40,6 +40,7 @@ import (
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/plugin/metrics"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -469,7 +470,7 @@ func TestInvalidStampsAreIgnoredLoggedCounted(t *testing.T) {
 	if st := a.p.Stats(); st.BadStamps != uint64(want) || st.SkippedStamped != 0 {
 		t.Errorf("stats %+v, want %d bad stamps and no container skipped", st, want)
 	}
-	srv := httptest.NewServer(a.p.Handler())
+	srv := httptest.NewServer(metrics.Handler(a.p))
 	defer srv.Close()
 	if got := value(scrape(t, srv.URL), "nri_handover_invalid_stamps_total", nil); got != float64(want) {
 		t.Errorf("nri_handover_invalid_stamps_total = %v, want %d", got, want)

@@ -33,6 +33,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
+	fp "github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -51,7 +52,7 @@ const (
 // failpoint is the environment that makes a process kill or stop itself at
 // a protocol step.
 func failpoint(step handover.Step, action string) []string {
-	return []string{plugin.EnvFailpoint + "=" + string(step) + ":" + action}
+	return []string{fp.Env + "=" + string(step) + ":" + action}
 }
 
 // tally is who acted on the delivered events, in delivery order.
@@ -583,7 +584,7 @@ func invalidStarts(t *testing.T, bins binaries, m *matrix) {
 		{"bad-policy-env", "2.0.0", []string{plugin.EnvPolicy + "=Newest-Version"}, nil,
 			`$NRI_HANDOVER_POLICY: unknown handover policy "Newest-Version"`},
 		{"bad-index", "2.0.0", nil, []string{"-idx", "7"}, `invalid plugin index "7": want two digits`},
-		{"bad-failpoint", "2.0.0", []string{plugin.EnvFailpoint + "=owner:crash"}, nil,
+		{"bad-failpoint", "2.0.0", []string{fp.Env + "=owner:crash"}, nil,
 			`$NRI_HANDOVER_FAILPOINT="owner:crash": want <step>:kill or <step>:stop`},
 		{"pod x", "2.0.0", nil, nil, `invalid instance id "pod x": only [-_.a-zA-Z0-9] allowed`},
 		{"audit-old", "2.0.0", nil, nil, `instance id "audit-old" is already in use`},

@@ -260,8 +260,8 @@ func TestContainerStampedByAnotherInstanceIsSkipped(t *testing.T) {
 // by $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX (as the shipped DaemonSet does,
 // and as NRI does for the plugins it starts) registers under them and
 // owns; the same values given again by option are no conflict; an option
-// that contradicts the environment's index is refused at New, and a
-// configuration the stub refuses ends Run with the reason.
+// that contradicts the environment's index is refused at New, and so is a
+// stub option that contradicts it.
 func TestIdentityFromNRIEnvironment(t *testing.T) {
 	t.Setenv(api.PluginNameEnvVar, "audit")
 	t.Setenv(api.PluginIdxEnvVar, "10")
@@ -291,16 +291,13 @@ func TestIdentityFromNRIEnvironment(t *testing.T) {
 		t.Fatalf("conflicting index: err %v", err)
 	}
 
-	// A stub option the stub refuses is permanent: Run returns it instead
-	// of retrying for ever.
-	bad, err := plugin.New(n.auditPlugin("bad", "1.0.0"), plugin.WithVersion("1.0.0"),
+	// A stub option that contradicts the plugin's identity is refused at
+	// New, named, instead of failing every connection.
+	_, err = plugin.New(n.auditPlugin("bad", "1.0.0"), plugin.WithVersion("1.0.0"),
 		plugin.WithSocketPath(n.rt.SocketPath()), plugin.WithHandoverDir(n.root), plugin.WithInstanceID("bad"),
 		plugin.WithLogger(logrus.NewEntry(n.log)),
 		plugin.WithStubOptions(stub.WithPluginIdx("30")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "plugin ID already set") {
-		t.Fatalf("Run with a configuration the stub refuses: %v, want it to end with the stub's reason", err)
+	if err == nil || !strings.Contains(err.Error(), "stub.WithPluginIdx") {
+		t.Fatalf("New with a stub index that conflicts: %v, want an error naming stub.WithPluginIdx", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/plugin/metrics"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -31,7 +32,7 @@ func TestMetricsFollowAHandover(t *testing.T) {
 	n := newNode(t)
 	a := n.start("a", "1.0.0")
 	waitRole(t, a, plugin.RoleOwner)
-	sa := httptest.NewServer(a.p.Handler())
+	sa := httptest.NewServer(metrics.Handler(a.p))
 	defer sa.Close()
 
 	n.lifecycles(3)
@@ -52,7 +53,7 @@ func TestMetricsFollowAHandover(t *testing.T) {
 
 	b := n.start("b", "2.0.0")
 	waitRole(t, b, plugin.RoleOwner)
-	sb := httptest.NewServer(b.p.Handler())
+	sb := httptest.NewServer(metrics.Handler(b.p))
 	defer sb.Close()
 	n.lifecycles(2)
 

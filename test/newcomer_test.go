@@ -15,6 +15,7 @@ import (
 	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/plugin/metrics"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 )
 
@@ -96,7 +97,7 @@ func TestFailedNewcomerChangesNothing(t *testing.T) {
 			if rep.Acted == 0 || rep.ByInstance["b-v2"] != 0 {
 				t.Fatalf("acts by instance %v: want all by a-v1", rep.ByInstance)
 			}
-			srv := httptest.NewServer(v2.p.Handler())
+			srv := httptest.NewServer(metrics.Handler(v2.p))
 			defer srv.Close()
 			if got := value(scrape(t, srv.URL), "nri_handover_handovers_total", map[string]string{"outcome": "not-ready"}); got < 3 {
 				t.Errorf("nri_handover_handovers_total{outcome=not-ready} = %v, want >= 3", got)

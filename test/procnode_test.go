@@ -54,7 +54,9 @@ func buildBinaries(t *testing.T) binaries {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	// The fault tests make the plugin kill or stop itself at a step of the
+	// protocol (internal/failpoint): only a build with this tag obeys them.
+	args := []string{"build", "-tags", "failpoints", "-o", dir + string(filepath.Separator)}
 	if raceEnabled() {
 		args = append(args, "-race")
 	}

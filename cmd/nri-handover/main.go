@@ -46,6 +46,7 @@ run 'nri-handover <command> -h' for the command's flags
 `
 
 func main() {
+	logrus.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000Z07:00"}) // ms: a handover takes a few
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(2)

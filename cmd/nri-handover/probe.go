@@ -12,11 +12,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -24,7 +27,7 @@ const probeUsage = `usage: nri-handover probe ready|live [--dir D] --plugin NAME
 
 Kubernetes exec probes for one instance of a plugin (the instance id
 defaults to $` + plugin.EnvInstance + `, which the DaemonSet sets to the pod
-name with the downward API):
+name with the downward API, else to the only instance that answers):
 
   ready   succeeds only if the instance answers with role owner and
           owner.sock leads to it: a maxSurge rollout deletes the old pod only
@@ -93,11 +96,9 @@ func probe(args []string, out io.Writer) error {
 	if strings.ContainsAny(o.plugin, "/\x00") || o.plugin == "." || o.plugin == ".." {
 		return usageErrorf("invalid plugin name %q", o.plugin)
 	}
+	o.plugin = names.Key(o.plugin) // the directory of a name NRI accepts
 	if o.instance == "" {
 		o.instance = os.Getenv(plugin.EnvInstance)
-	}
-	if o.instance == "" {
-		return usageErrorf("no instance: set --instance or $%s", plugin.EnvInstance)
 	}
 	if strings.ContainsAny(o.instance, "/\x00") {
 		return usageErrorf("invalid instance id %q", o.instance)
@@ -107,6 +108,16 @@ func probe(args []string, out io.Writer) error {
 	}
 	if o.dir == "" {
 		return usageErrorf("--dir is empty")
+	}
+	if o.instance == "" {
+		// Not in a pod that names it: the only instance that answers.
+		id, err := onlyInstance(context.Background(), filepath.Clean(o.dir), o.plugin, o.timeout)
+		if err != nil {
+			line := "not " + mode + ": " + err.Error()
+			fmt.Fprintln(out, line)
+			return &exitError{code: exitFailed, err: errors.New(line), printed: true}
+		}
+		o.instance = id
 	}
 
 	ok, why := check(context.Background(), mode, filepath.Clean(o.dir), o.plugin, o.instance, o.timeout)
@@ -119,6 +130,46 @@ func probe(args []string, out io.Writer) error {
 		return &exitError{code: exitFailed, err: errors.New(line), printed: true}
 	}
 	return nil
+}
+
+// onlyInstance returns the id of the one instance of plugin name that
+// answers, or an error that says how to pick one.
+func onlyInstance(ctx context.Context, root, name string, timeout time.Duration) (string, error) {
+	d, err := openExisting(root, name)
+	if err != nil {
+		return "", fmt.Errorf("no handover directory for plugin %q: %v", name, err)
+	}
+	socks, err := d.InstanceSockets()
+	if err != nil {
+		return "", err
+	}
+	results := make([]queryResult, len(socks))
+	var wg sync.WaitGroup
+	for i, s := range socks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = query(ctx, s, timeout)
+		}()
+	}
+	wg.Wait()
+	var live []string
+	for i, s := range socks {
+		if results[i].st != nil {
+			live = append(live, strings.TrimSuffix(filepath.Base(s), ".sock"))
+		}
+	}
+	switch len(live) {
+	case 1:
+		return live[0], nil
+	case 0:
+		return "", fmt.Errorf("no instance of plugin %q answers in %s: is it running? (run `nri-handover status`; "+
+			"name the instance with --instance or $%s)", name, root, plugin.EnvInstance)
+	default:
+		sort.Strings(live)
+		return "", fmt.Errorf("%d instances of plugin %q answer (%s): name the one to probe with --instance or $%s "+
+			"(the DaemonSet sets it to the pod name)", len(live), name, strings.Join(live, ", "), plugin.EnvInstance)
+	}
 }
 
 // check asks the instance for its status and decides the probe.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -228,6 +229,9 @@ type pluginReport struct {
 	Retired      []string         `json:"retired"`
 	LastHandover *handoverReport  `json:"last_handover,omitempty"`
 	Instances    []instanceReport `json:"instances"`
+	// NotRunning: no instance runs and the last one stopped cleanly (it
+	// removed its socket), which is no problem.
+	NotRunning bool `json:"not_running,omitempty"`
 	// Problems say why the plugin has no answering owner.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -258,7 +262,7 @@ func status(args []string, out io.Writer) error {
 	}
 	var only string
 	if len(pos) == 1 {
-		only = pos[0]
+		only = names.Key(pos[0]) // the directory of a name NRI accepts
 	}
 	rep, err := collectStatus(context.Background(), filepath.Clean(o.dir), only, o.timeout)
 	if err != nil {
@@ -473,16 +477,25 @@ func collectPlugin(ctx context.Context, root, name string, timeout time.Duration
 			pr.Problems = append(pr.Problems, fmt.Sprintf("owner.sock leads to %s, which is %s (%s): no instance owns the plugin",
 				id, handover.RoleName(owner.st.GetRole()), owner.st.GetReason()))
 		}
+	case owner.state == stateGone && len(socks) == 0:
+		// Every instance removed its socket when it stopped: none runs.
+		pr.OwnerSocket = stateGone
+		if errors.Is(ownerStatErr, fs.ErrNotExist) {
+			pr.OwnerSocket = "missing"
+		}
+		pr.NotRunning = true
 	case owner.state == stateGone && errors.Is(ownerStatErr, fs.ErrNotExist):
 		pr.OwnerSocket = "missing"
-		pr.Problems = append(pr.Problems, "no owner: owner.sock does not exist (no instance has claimed the plugin)")
+		pr.Problems = append(pr.Problems, "no owner: owner.sock does not exist (no instance has claimed the plugin: "+
+			"are its instances connected to the runtime? see their logs)")
 	case owner.state == stateGone:
 		pr.OwnerSocket = stateGone
 		who := "an instance that has exited"
 		if holder != "" {
 			who = "instance " + holder + ", which is gone"
 		}
-		pr.Problems = append(pr.Problems, "no owner: owner.sock leads to "+who)
+		pr.Problems = append(pr.Problems, "no owner: owner.sock leads to "+who+
+			" (start an instance; remove the stale sockets it left if none will run)")
 	default:
 		pr.OwnerSocket = stateNotAnswering
 		who := "the owner"
@@ -617,7 +630,9 @@ func printStatus(out io.Writer, rep *statusReport) {
 		}
 		fmt.Fprintf(out, "plugin %s (%s)\n", p.Plugin, p.Path)
 		tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-		if p.Owner != "" {
+		if p.NotRunning {
+			fmt.Fprintf(tw, "  owner\tnone: no instance running (the last one stopped cleanly)\n")
+		} else if p.Owner != "" {
 			line := fmt.Sprintf("%s, version %s, epoch %d", p.Owner, p.OwnerVersion, p.Epoch)
 			for _, ir := range p.Instances {
 				if ir.ID == p.Owner && ir.Started != nil {

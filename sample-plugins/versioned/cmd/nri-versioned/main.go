@@ -18,6 +18,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/plugin"
+	_ "github.com/nri-handover/nri-handover/plugin/metrics" // -metrics-addr
 	"github.com/nri-handover/nri-handover/sample-plugins/versioned"
 )
 

@@ -1,0 +1,49 @@
+package mounts_test
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/plugin/plugintest"
+	"github.com/nri-handover/nri-handover/sample-plugins/mounts"
+)
+
+// TestUpgradeWithPlugintest: upgrade 1.0.0 -> 2.0.0 and roll back under
+// pod lifecycles; every event reached exactly one instance's handlers and
+// every container carries one valid stamp.
+func TestUpgradeWithPlugintest(t *testing.T) {
+	node, err := plugintest.NewNode(plugintest.Config{Name: "mounts", Plugin: func(string) (interface{}, []plugin.Option) {
+		l := logrus.New()
+		l.SetOutput(io.Discard)
+		return &mounts.Injector{Log: logrus.NewEntry(l)}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	ctx := context.Background()
+	v1, err := node.Start("1.0.0")
+	if err != nil || v1.WaitOwner(ctx) != nil {
+		t.Fatalf("start: %v", err)
+	}
+	for _, step := range []func() error{
+		func() error { return node.Lifecycles(ctx, 3, 2) },
+		func() error { _, err := node.Upgrade(ctx, "2.0.0"); return err },
+		func() error { return node.Lifecycles(ctx, 3, 2) },
+		func() error { _, err := node.Rollback(ctx, "1.0.0"); return err },
+		func() error { return node.Lifecycles(ctx, 3, 2) },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := node.Check()
+	if err != nil || !res.OK() {
+		t.Fatalf("check: %v %v", err, res.Err())
+	}
+	t.Logf("%v", res.Events)
+}

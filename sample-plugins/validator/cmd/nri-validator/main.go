@@ -1,0 +1,58 @@
+// Command nri-validator runs the validator sample plugin: nri-validator on the
+// nri-handover harness, nri-validator-bare on the bare NRI stub, from the same
+// source but for the stub's import path and the version.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nri-handover/nri-handover/plugin/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/sample-plugins/validator"
+)
+
+// version is set at build time: -ldflags "-X main.version=2.0.0".
+var version = "1.0.0"
+
+type plugin struct {
+	*validator.MountPolicy
+	stub stub.Stub
+}
+
+func main() {
+	var (
+		pluginName = flag.String("name", "validator", "plugin name to register with NRI")
+		pluginIdx  = flag.String("idx", "", "plugin index to register with NRI")
+		socketPath = flag.String("socket-path", "", "NRI socket to connect to")
+		allowed    = flag.String("allow-mounts-from", "/var/lib/shared", "comma-separated host path prefixes plugins may mount from")
+	)
+	flag.Parse()
+	log := logrus.StandardLogger()
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano[:19] + ".000Z07:00"})
+
+	p := &plugin{MountPolicy: &validator.MountPolicy{Allowed: strings.Split(*allowed, ","), Log: logrus.NewEntry(log)}}
+	opts := []stub.Option{
+		stub.WithPluginName(*pluginName),
+		stub.WithOnClose(func() { log.Warn("connection to the runtime lost") }),
+	}
+	if *pluginIdx != "" {
+		opts = append(opts, stub.WithPluginIdx(*pluginIdx))
+	}
+	if *socketPath != "" {
+		opts = append(opts, stub.WithSocketPath(*socketPath))
+	}
+	opts = append(opts, stub.WithVersion(version))
+	var err error
+	if p.stub, err = stub.New(p, opts...); err != nil {
+		log.Fatalf("failed to create the plugin stub: %v", err)
+	}
+	if err := p.stub.Run(context.Background()); err != nil {
+		log.Errorf("plugin exited: %v", err)
+		os.Exit(1)
+	}
+}
