@@ -170,10 +170,7 @@ func TestAuthorsOnCloseCalledAndHarnessReconnects(t *testing.T) {
 		stub.WithDialer(d.dial),
 		stub.WithOnClose(func() { closed <- struct{}{} }),
 	))
-	waitRole(t, a, plugin.RoleOwner)
-	if ready, why := a.p.Ready(); !ready {
-		t.Fatalf("owner not ready: %s", why)
-	}
+	waitReady(t, a)
 	d.cut()
 	select {
 	case <-closed:

@@ -1,8 +1,8 @@
 package test
 
 // The stub's life cycle on the harness (issue 12): Start/Stop/Wait as well
-// as Run, Close before Run, Reconcile's context, the stop signals, and a
-// stop that never hangs on a stuck handler.
+// as Run, Close before Run, Reconcile's context and the stop signals (a
+// stop that never hangs on a stuck handler: stop_test.go).
 
 import (
 	"context"
@@ -137,34 +137,4 @@ func TestSIGTERMHandsOverWithBackgroundContext(t *testing.T) {
 		t.Fatal("Run(context.Background()) did not stop on SIGTERM")
 	}
 	waitRole(t, b, plugin.RoleOwner)
-}
-
-// stuck blocks in StartContainer until released.
-type stuck struct{ release chan struct{} }
-
-func (s *stuck) StartContainer(context.Context, *api.PodSandbox, *api.Container) error {
-	<-s.release
-	return nil
-}
-
-// TestStopDoesNotHangOnAStuckHandler: a handler that never returns does
-// not hold up Stop beyond the leave timeout and the runtime's request
-// timeout.
-func TestStopDoesNotHangOnAStuckHandler(t *testing.T) {
-	n := newNode(t)
-	s := &stuck{release: make(chan struct{})}
-	defer close(s.release)
-	a := n.startAuthor("a", "1.0.0", s, plugin.WithLeaveTimeout(time.Second))
-	waitRole(t, a, plugin.RoleOwner)
-	go func() { _ = n.rt.Lifecycle(context.Background(), "p", 1) }()
-	waitFor(t, "the handler to be called", func() bool { return a.p.Stats().Acted >= 2 }) // RunPod is not handled: Create, Start
-	stopped := make(chan struct{})
-	start := time.Now()
-	go func() { a.p.Stop(); close(stopped) }()
-	select {
-	case <-stopped:
-		t.Logf("stopped in %v with a handler stuck", time.Since(start))
-	case <-time.After(10 * time.Second): // leave timeout 1 s, + 1 s grace, + slack
-		t.Fatal("Stop hangs on a handler that never returns")
-	}
 }
