@@ -135,15 +135,16 @@ if [[ $mode == findings ]]; then
 	# the assertion containing the given text; "holds": fixed, the run must
 	# find no violation.
 	declare -a runs=(
-		"F2-recovery|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=0 -DCHECK_RECOVERY|-DCOLLAPSE|25|holds||fixed: ownership comes back after a crash of the 2nd newcomer (a stale Yield is refused past its deadline)"
-		"F9-late-owner|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=1 -DOWNER_LATE|-DCOLLAPSE|24|violation|promotedMid|a late take-back repeats an event after the owner yielded mid-event to a crashed taker"
-		"F4-publish-window|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP -DNO_CRASH -DNO_STOP -DMAXOVERRUN=0 -DPUBLISH_WINDOW|-DCOLLAPSE|24|violation|promotedMid|a stall between the deadline check and the rename publishes after the drop"
-		"F8-takeback-race|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DTAKEBACK_RACE||24|violation|promotedMid|a take-back without the lock, decided against an overdue claim, lands after the taker owns"
-		"F8b-takeback-no-owner|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DTAKEBACK_RACE -DCHECK_RECOVERY -DNO_I2 -DNO_I3||24|violation|inchain[0]|... and can leave both instances retired for good"
-		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DCHECK_OVERRUN||24|violation|lossy|a taker that overruns its deadline returns while its owner has not taken back"
-		"F1-strict-at-most-once|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTRICT_AT_MOST_ONCE||24|violation|actedBy==0|an event acted on twice around a crash"
-		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DCHECK_SYNC_ROLE||24|violation|role[me]!=|Synchronize runs the author's handler on a superseded owner (busy claim lock)"
-		"F6b-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTOP_DURING_CLAIM||24|violation|lossy|a newcomer stopped during its claim: events missed until the old owner takes back"
+		"F2-recovery|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=4 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DCHECK_RECOVERY|-DCOLLAPSE|25|holds||fixed: ownership comes back after a crash of the 2nd newcomer (a stale Yield is refused past its deadline)"
+		"F9-late-owner|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DFAULTMASK=4 -DNO_STOP -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DOWNER_LATE|-DCOLLAPSE|24|violation|promotedMid|a late take-back repeats an event after the owner yielded mid-event to a crashed taker"
+		"F4-publish-window|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP -DNO_CRASH -DNO_STOP -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DPUBLISH_WINDOW|-DCOLLAPSE|24|violation|promotedMid|a stall between the deadline check and the rename publishes after the drop"
+		"F8-takeback-race|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DTAKEBACK_RACE||24|violation|promotedMid|a take-back without the lock, decided against an overdue claim, lands after the taker owns"
+		"F8b-takeback-no-owner|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DTAKEBACK_RACE -DCHECK_RECOVERY -DNO_I2 -DNO_I3||24|violation|inchain[0]|... and can leave both instances retired for good"
+		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_OVERRUN -DGRANTED_ONLY||24|violation|lossy|a granted taker that overruns its deadline before publishing returns at once: awaitTakeBack finds the name already elsewhere"
+		"F10-takeback-window|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DTAKEBACK_WINDOW||24|violation|lossy|a not-ready taker returns as soon as the name moves, before its predecessor is owner again"
+		"F1-strict-at-most-once|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTRICT_AT_MOST_ONCE||24|violation|actedBy==0|an event acted on twice around a crash"
+		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE||24|violation|rr!=|ready (the author's Synchronize) runs on a superseded owner (busy claim lock)"
+		"F6b-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTOP_DURING_CLAIM||24|violation|lossy|a newcomer stopped during its claim: Leave and disconnect end the fence before the old owner takes back"
 	)
 	run_all "${runs[@]}"
 	ok=0 bad=0 fixed=0
@@ -168,23 +169,26 @@ fi
 # instance the fault hits (FAULTMASK) and, for the 2nd newcomer, by the kind
 # of fault: together its runs cover what one run would. The o* runs add a
 # claim that overruns its deadline, d1 the stall-and-drop fault, f6a a stop
-# racing with the instance's own claim.
+# racing with the instance's own claim, n1 a newcomer whose ready (the
+# author's Synchronize) fails. MAXNOTREADY (ready failures) is 0 elsewhere:
+# one more choice of the taker multiplies the state space like a fault.
 all="-DCHECK_LEAVE"
 correct=(
-	"c4-stop-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=4 -DNO_CRASH $all|-DCOLLAPSE|25|3 instances, 1 event, a stop of the 2nd newcomer"
-	"c4-fault-on-1|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=2 $all|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 1st newcomer"
-	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=1 $all|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
-	"c4-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULTMASK=4 -DNO_STOP $all|-DCOLLAPSE|24|3 instances, 1 event, a crash of the 2nd newcomer"
-	"o1-overrun-fault|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=2 -DMAXOVERRUN=1 $all|-DCOLLAPSE|24|2 instances, 1 event, a claim overrun and a crash or stop"
-	"d1-drop|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DFAULT_DROP -DNO_CRASH -DNO_STOP $all|-DCOLLAPSE|24|2 instances, 1 event, a stall past the runtime's timeout (drop)"
-	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0 -DMAXOVERRUN=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|3 instances, 3 events, no fault"
-	"o2-overrun|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, a claim overrun"
-	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5 -DMAXOVERRUN=0 $all|-DCOLLAPSE|24|2 instances, 4 events, 2 faults"
-	"f6a-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DSTOP_DURING_CLAIM -DNO_I3 $all||24|2 instances, a stop racing with the own claim: nothing acts after Leave"
+	"c4-stop-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=4 -DNO_CRASH $all|-DCOLLAPSE|25|3 instances, 1 event, a stop of the 2nd newcomer"
+	"c4-fault-on-1|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=2 $all|-DCOLLAPSE|25|3 instances, 1 event, a crash or stop of the 1st newcomer"
+	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=1 $all|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
+	"c4-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=4 -DNO_STOP $all|-DCOLLAPSE|24|3 instances, 1 event, a crash of the 2nd newcomer"
+	"o1-overrun-fault|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=2 -DMAXOVERRUN=1 -DMAXNOTREADY=0 $all|-DCOLLAPSE|24|2 instances, 1 event, a claim overrun and a crash or stop"
+	"d1-drop|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULT_DROP -DNO_CRASH -DNO_STOP $all|-DCOLLAPSE|24|2 instances, 1 event, a stall past the runtime's timeout (drop)"
+	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|3 instances, 3 events, no fault"
+	"o2-overrun|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, a claim overrun"
+	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5 -DMAXOVERRUN=0 -DMAXNOTREADY=0 $all|-DCOLLAPSE|24|2 instances, 4 events, 2 faults"
+	"n1-not-ready|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, the newcomer's ready (author's Synchronize) fails: given back, taken back inside its Synchronize"
+	"f6a-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTOP_DURING_CLAIM -DNO_I3 $all||24|2 instances, a stop racing with the own claim: nothing acts after Leave"
 )
 broken=(
-	"b1-unfenced-claim|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DBROKEN_UNFENCED_CLAIM||22|claim outside the Synchronize fence"
-	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
+	"b1-unfenced-claim|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DBROKEN_UNFENCED_CLAIM||22|claim outside the Synchronize fence"
+	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
 )
 
 run_all "${correct[@]}" "${broken[@]}"

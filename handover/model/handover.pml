@@ -2,20 +2,22 @@
  * Promela model of the nri-handover protocol as implemented (issue 7).
  *
  * Every step names the Go code it stands for:
- *   handover/coordinator.go  Claim/claim (one deadline for the whole claim),
+ *   handover/coordinator.go  ClaimThen (ready, the settle, awaitTakeBack),
+ *                            Claim/claim (one deadline for the whole claim),
  *                            giveUpClaim, askToYield, becomeOwner,
  *                            ensurePublished, takeBackIfOrphaned, ownerAlive,
  *                            demote, setRole, yield (+ superseded, the claim
  *                            deadline), Enter, watch (until_settled),
  *                            watchOwner, watchSuccessor, awaitClaim,
  *                            takeBack, watchUntilGone, promoteIfOrphaned,
- *                            Leave (+ pending, left), Close
+ *                            Leave (+ awaitSuccessor, pending, left), Close
  *   handover/dir.go          Dir.Lock (flock on <dir>/lock), Dir.publishOwner
  *                            (link, deadline check, rename of owner.sock,
  *                            bumpOwnerGeneration), ownerGeneration and
  *                            statID (Enter, superseded)
  *   handover/policy.go       NewestInstance.Allow
- *   plugin/adapter.go        adapter.Synchronize (calls Claim), adapter.gate /
+ *   plugin/adapter.go        adapter.Synchronize (calls ClaimThen with the
+ *                            author's Synchronize as ready), adapter.gate /
  *                            enter (every event handler: Enter, act as owner)
  *   plugin/plugin.go         Plugin.Run / serve / connect / disconnect / leave
  * and of the NRI runtime facts the protocol relies on (docs/design.md):
@@ -44,6 +46,8 @@
  *   o1  NI=2 NEV=1 MAXFAULT=1 MAXOVERRUN=1 MAXSYNC=2   an overrun and a fault
  *   d1  NI=2 NEV=1 FAULT_DROP (drops only) MAXSYNC=3
  *   f6a NI=2 NEV=4 MAXFAULT=1 STOP_DURING_CLAIM CHECK_LEAVE NO_I3
+ *   n1  NI=2 NEV=2 MAXNOTREADY=1 MAXSYNC=4  a ready that fails (all the
+ *                                         other runs: MAXNOTREADY=0)
  * where
  *   NI        instances (2 or 3). Instance i started before instance i+1:
  *             this is what the newest-instance policy compares. All start
@@ -59,6 +63,9 @@
  *             instance, which reconnects later).
  *   MAXSYNC   Synchronize calls in all (first ones, resyncs, reconnections).
  *   MAXOVERRUN  stalls across a claim deadline (see below).
+ *   MAXNOTREADY claims whose ready (the author's Synchronize, run by
+ *             ClaimThen before the claim settles) fails or overruns its
+ *             settle deadline: a nondeterministic choice of the taker.
  * Timing is abstracted away: every bounded wait (claim lock, Yield answer,
  * Leave, the take-back's lock) may expire at any moment while it waits, and
  * every delay (a Yield request not yet served, a watcher not yet woken) may
@@ -128,6 +135,11 @@
  *   STOP_DURING_CLAIM      let a stop race with the instance's own claim
  *                          or take-back: I3 fails                     (F6b)
  *   CHECK_OVERRUN          I3 after an overrun claim an owner yielded to (F7)
+ *   (CHECK_OVERRUN with GRANTED_ONLY: only a claim that knows its grant,
+ *                          so the one awaitTakeBack is for              (F7)
+ *   TAKEBACK_WINDOW        awaitTakeBack sees the name change at the
+ *                          predecessor's rename, before its owner role:
+ *                          with MAXNOTREADY=1, I3 fails               (F10)
  *   TAKEBACK_RACE          a take-back without the claim lock in its Go
  *                          steps: I2 fails; with CHECK_RECOVERY, R     (F8)
  *   OWNER_LATE             the only overrun is a yielded owner's late
@@ -152,6 +164,9 @@
 #ifndef MAXOVERRUN
 #define MAXOVERRUN 1            /* claims that may overrun their deadline */
 #endif
+#ifndef MAXNOTREADY
+#define MAXNOTREADY 1           /* claims whose ready (the author's        */
+#endif                          /* Synchronize) fails or overruns          */
 
 #define NONE 7                  /* no instance / no claim */
 #define HOLDER 6                /* watchSuccessor target: whoever holds the name */
@@ -188,6 +203,8 @@ chan wsq[NI] = [2] of { byte }; /* go c.watchSuccessor(taker, epoch,         */
 
 /* ---- the claim deadline (one per claim, i.e. per running Syncer slot) ---- */
 bool cexp[2*NI];                /* the claim's deadline (+ grace) passed     */
+bool serr[2*NI];                /* its Synchronize returned an error         */
+                                /* (ErrNotReady): the runtime drops it       */
 byte ycl[NI];                   /* the running claim (slot) that sent the    */
                                 /* taker's last Yield request; NONE once it  */
                                 /* has ended                                 */
@@ -224,6 +241,7 @@ byte yowner[NI];                /* resp.Owner                               */
 /* ---- faults ---- */
 byte faults = 0;                /* faults injected so far                   */
 byte overruns = 0;              /* stalls across a claim deadline so far    */
+byte notready = 0;              /* ready (the author's Synchronize) failed  */
 bool lossy = 0;                 /* a crash or drop, or a stop of an owner   */
                                 /* that did not hand over                   */
 bool forced = 0;                /* a claim took over without the owner's    */
@@ -441,10 +459,14 @@ inline ownerAlive() {
        :: !sock[h] -> oa = 0          /* the connection broke: an exiting instance */
        :: sock[h] && h == me -> oa = 0
        :: sock[h] && h != me && role[h] == OWNER -> oa = 1
-       :: sock[h] && h != me && role[h] != OWNER ->
+       :: sock[h] && h != me && role[h] == RETIRED ->
           /* a retired holder: Dial(InstanceSocket(LastHandover.ToId)) */
           s2 = lastTo[h];
           oa = ((s2 != NONE && s2 != me && sock[s2]) -> 1 : 0)
+       :: sock[h] && h != me && (role[h] == STANDBY || role[h] == JOINING) ->
+          /* "a standby or joining holder owns nothing: it published, then */
+          /* gave ownership back (its ready failed)"                        */
+          oa = 0
        fi
      }
   :: else
@@ -565,11 +587,12 @@ inline claimBecomeOwner() {
 
 proctype Syncer(byte me; byte slot) {
   byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0, pub = 0;
+  byte gfrom = NONE, rr = NONE;       /* grant.from; the role ClaimThen returns */
   bool redirect = 1, unfenced = 0, locked = 0;
 end:
   do
   :: atomic { sreq[G] && alive[me] && lock == NONE ->
-       claiming[me] = 1;              /* Claim: c.setClaiming(true) */
+       claiming[me] = 1; serr[G] = 0; /* ClaimThen: c.setClaiming(true) */
        lock = me; locked = 1;         /* claim: Dir.Lock(lctx) */
        /* !time.Now().Before(askBy): "budget spent before asking the owner". */
        /* (Only a claim already past its deadline -- dropped before -- gives */
@@ -597,8 +620,11 @@ end:
                 role[me] = JOINING
              :: else
              fi;
-             h = name;                /* Dial(ctx, owner.sock) */
-             dec = ((h == NONE || !sock[h]) -> D_BECOME : D_ASK)  /* ErrNoInstance: "no owner on the node" */
+             h = name;                /* Dir.ownerID(); Dial(ctx, owner.sock) */
+             /* h == me: "owner name leads to this instance" (it gave     */
+             /* ownership back with nobody to take it): becomeOwner;      */
+             /* ErrNoInstance: "no owner on the node": becomeOwner        */
+             dec = ((h == NONE || h == me || !sock[h]) -> D_BECOME : D_ASK)
           fi
        fi
      }
@@ -631,7 +657,8 @@ ask:    atomic { alive[me] ->
              ywait[me] = NONE;
              if
              :: ykind[me] == ACCEPT ->
-                from = yowner[me]; dec = D_BECOME      /* "took over from ..." */
+                from = yowner[me]; gfrom = yowner[me]; /* grant.from = resp.Owner */
+                dec = D_BECOME                         /* "took over from ..." */
              :: ykind[me] == REFUSE && yowner[me] == me ->
                 from = NONE; dec = D_BECOME            /* "owner name repaired" */
              :: ykind[me] == REFUSE && yowner[me] != me && yowner[me] != NONE && redirect ->
@@ -668,35 +695,89 @@ ask:    atomic { alive[me] ->
      fi;
      goto done
   :: atomic { sreq[G] && alive[me] && lock != NONE ->
-       claiming[me] = 1;              /* Claim: c.setClaiming(true) */
+       claiming[me] = 1; serr[G] = 0; /* ClaimThen: c.setClaiming(true) */
        /* the claim lock stays busy until lctx (a quarter of the budget) */
        /* ends: giveUpClaim; return c.currentRole()                      */
        giveUpClaim()
      }
 done:
+     /* claim returns (its deferred unlock); ClaimThen goes on with role */
      atomic { alive[me] ->
        if :: locked && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
-       claiming[me] = 0;              /* Claim: c.setClaiming(false) */
+       locked = 0; rr = role[me];     /* role, err := c.claim(ctx, w, &grant) */
+#ifdef CHECK_SYNC_ROLE
+       /* I7: ClaimThen runs ready (the author's Synchronize) if the     */
+       /* claim returned owner: the instance must then be the owner      */
+       /* (unless it is being stopped: Leave retires it)                 */
+       assert(rr != OWNER || leaving[me] || name == me);
+#endif
+       skip
+     }
+     if
+     :: rr == OWNER ->
+        /* runBy(ctx, w.settleBy, ready): the author's Synchronize runs  */
+        /* while the claim is unsettled (claiming) and the lock is free   */
+        if
+        :: true                       /* ready returned nil in time: settle below */
+        :: atomic { alive[me] && notready < MAXNOTREADY ->
+             /* ready failed or overran settleBy: ErrNotReady,            */
+             /* c.demote(ROLE_STANDBY, "not ready: ...", true)            */
+             notready++;
+             if :: !closed[me] -> demoteStandby() :: else fi;   /* holdEvents(c.ctx) fails once closed */
+             rr = STANDBY; serr[G] = 1;
+             /* nobody to give ownership back to (no owner yielded to     */
+             /* this claim: a first claimer, a re-synchronizing owner, a  */
+             /* forced takeover): the author's failure loses events until */
+             /* a promotion -- counted like a fault                       */
+             if :: gfrom == NONE -> lossy = 1 :: else fi
+           }
+        fi
+     :: else
+     fi;
+     if
+     :: rr != OWNER && gfrom != NONE ->
+        /* granted (the owner accepted the Yield) but not settled as owner */
+        atomic { alive[me] -> claiming[me] = 0 }   /* c.setClaiming(false): settled */
+        /* c.awaitTakeBack(grant.from, w.returnBy): poll Dir.ownerID()   */
+        /* until the owner name leads elsewhere                          */
+end_tb: if
+#ifdef TAKEBACK_WINDOW
+        :: atomic { alive[me] && (name != me || closed[me]) -> skip }   /* id != c.ownSocket, or c.ctx done */
+#else
+        /* (by default the predecessor's becomeOwner goes from its rename   */
+        /* to the owner role -- writeEpoch, holdEvents, setLocked -- before */
+        /* this poll, the return to the runtime and the runtime's next      */
+        /* event reach it: the name counts as changed once the role is set; */
+        /* TAKEBACK_WINDOW drops this assumption: F10)                      */
+        :: atomic { alive[me] && ((name != me && !(midpub & bit(name))) || closed[me]) -> skip }   /* id != c.ownSocket, or c.ctx done */
+#endif
+        :: atomic { alive[me] && name == me && !closed[me] && (!sock[gfrom] || closed[gfrom] || (awc[gfrom] != G && empty(wsq[gfrom]))) -> skip }
+           /* returnBy passed, and the predecessor is gone or its awaitClaim / */
+           /* takeBack is over without taking back: it never will              */
+        :: atomic { alive[me] && name == me && !closed[me] && overruns < MAXOVERRUN -> overruns++ }
+           /* returnBy passed while a take-back was still coming (a stall)     */
+        fi
+     :: else
+     fi;
+     atomic { alive[me] ->
+       claiming[me] = 0;              /* c.setClaiming(false): settled */
        /* F7: a claim that overran its deadline gave up, and returns (the */
        /* runtime runs events again) while nobody owns the plugin -- its   */
        /* yielded owner has not taken back yet, or there is no owner at    */
        /* all: events are missed until someone takes ownership outside the */
        /* fence. Counted like a lossy fault for I3; with CHECK_OVERRUN     */
-       /* not when an owner had yielded to this claim.                     */
+       /* not when an owner had yielded to (granted) this claim.           */
        if
-#ifdef CHECK_OVERRUN
-       :: cexp[G] && OWNERS == 0 && !YIELDED_TO_ME -> late = 1
+#if defined(CHECK_OVERRUN) && defined(GRANTED_ONLY)
+       /* (F7 on a claim that knows it was granted: awaitTakeBack ran) */
+       :: cexp[G] && OWNERS == 0 && gfrom == NONE -> late = 1
+#elif defined(CHECK_OVERRUN)
+       :: cexp[G] && OWNERS == 0 && !YIELDED_TO_ME && gfrom == NONE -> late = 1
 #else
        :: cexp[G] && OWNERS == 0 -> late = 1
 #endif
        :: else
        fi;
-#ifdef CHECK_SYNC_ROLE
-       /* I7: adapter.Synchronize runs the author's Synchronize if the    */
-       /* claim returned owner (c.currentRole()): the instance must then  */
-       /* be the owner (unless it is being stopped: Leave retires it)     */
-       assert(role[me] != OWNER || leaving[me] || name == me);
-#endif
        /* (model bookkeeping: the claim is over; a request it sent that  */
        /* still waits keeps its deadline in yexp. Such a claim stopped   */
        /* waiting at askBy (or was dropped), so its deadline is at most  */
@@ -714,9 +795,9 @@ done:
        fi;
        CLRAWC(0); CLRAWC(1); CLRAWC(LAST);
        cexp[G] = 0;
-       sreq[G] = 0;                   /* Synchronize returns */
+       sreq[G] = 0;                   /* Synchronize returns (an error: serr) */
        dec = D_NONE; h = NONE; s2 = NONE; o = NONE; from = NONE; oa = 0; pub = 0;
-       redirect = 1; unfenced = 0; locked = 0
+       redirect = 1; unfenced = 0; locked = 0; gfrom = NONE; rr = NONE
      }
   od
 }
@@ -907,7 +988,9 @@ end_await:
            atomic {
              if :: got && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
              tbk[me] = 0; got = 0; h = NONE; s2 = NONE; oa = 0; unfenced = 0; pub = 0;
-             pending[me] = 0; awc[me] = NONE   /* c.pending = false */
+             pending[me] = 0;                  /* c.pending = false (also when a later */
+                                               /* yield set it meanwhile: one flag)     */
+             if :: empty(wsq[me]) -> awc[me] = NONE :: nempty(wsq[me]) -> skip fi   /* (bookkeeping) */
            }
         :: else                       /* claimOwned; claimGone: the loop below promotes */
         fi;
@@ -916,6 +999,9 @@ end_await:
      fi;
      do   /* for c.ctx.Err() == nil && c.currentRole() == ROLE_RETIRED */
      :: atomic { !(alive[me] && !closed[me] && role[me] == RETIRED) -> skip } -> break
+     :: atomic { nempty(wsq[me]) -> skip } -> break
+        /* (a later yield started another watchSuccessor goroutine: the */
+        /* model follows that one; this one only watches the same taker) */
      :: atomic { alive[me] && !closed[me] && role[me] == RETIRED ->
           oa = ((s != NONE && sock[s]) -> 0 : 1)   /* Dial(InstanceSocket(successor)) */
         }
@@ -933,6 +1019,7 @@ end_watch:
 end_closed:
               atomic { (alive[me] && !sock[s]) || closed[me] -> skip }   /* <-cl.Closed() */
            :: atomic { alive[me] && closed[me] -> oa = 2 }       /* c.ctx done */
+           :: atomic { nempty(wsq[me]) -> oa = 2 }               /* (a later yield's goroutine) */
            fi
         :: else
         fi;
@@ -1048,10 +1135,6 @@ end:
 #define LOSSYSTOP(v) if :: role[v] == OWNER || (name == v && (midpub & bit(v))) || INFLIGHT(v) -> lossy = 1 :: else fi
 #endif
 
-/* some live standby has a Watch open on v (Leave's standbys) */
-#define WATCHES(i) (alive[i] && watching[i] == v)
-#define STANDBYS(v) SET(WATCHES)
-#define ANYALIVE(b) (((b & 1) && sock[0]) || ((b & 2) && sock[1]) || (NI > 2 && (b & bit(LAST)) && sock[LAST]))
 
 /* Note: an option must not begin with an if (or an atomic beginning with */
 /* an if) that has an else: spin then takes that else as an option of the  */
@@ -1089,24 +1172,29 @@ active proctype Faults() {
         atomic { STOPOK(v) ->         /* (a plain guard first: see the note above) */
           stopping[v] = 1;
           if
-          :: role[v] == OWNER && STANDBYS(v) != 0 ->
-             sb = STANDBYS(v);        /* the ids in c.watchers */
-             leaving[v] = 1           /* tell the standbys */
+          :: role[v] == OWNER ->
+             /* owner := c.role == OWNER: c.leaving = true, notifyLocked */
+             /* (tells its standbys); it keeps acting                   */
+             sb = 1; leaving[v] = 1
           :: else
           fi
         }
         if
         :: sb != 0 ->
-           /* for len(standbys) > 0: break when handed over -- not owner, */
-           /* and no yielded successor pending -- or, still owner, when no */
-           /* standby is alive; or when ctx ends                           */
+           /* awaitSuccessor(ctx): until handed over -- not owner, and no  */
+           /* yielded successor pending -- to a standby or to any newcomer */
+           /* that claims meanwhile (a leaving owner yields regardless of  */
+           /* policy); or until ctx ends: the leave timeout, or the own    */
+           /* runtime connection lost (Plugin.leave(c.closed))             */
            if
-           :: atomic { (role[v] != OWNER && !pending[v]) || (role[v] == OWNER && !ANYALIVE(sb)) -> skip }
-           :: skip                    /* ctx ends: "no standby took over in time" */
+           :: atomic { role[v] != OWNER && !pending[v] -> skip }
+           :: skip                    /* ctx ends: "no successor took over in time" */
            fi
         :: else
         fi;
-        atomic {                      /* c.events.Lock(): retire, "stopped" */
+        atomic {                      /* holdEvents(ctx) (a handler that never returns */
+                                      /* is left behind: deliveries are atomic here):  */
+                                      /* retire, "stopped"                             */
           LOSSYSTOP(v);
           leaving[v] = 1; left[v] = 1;   /* c.leaving = true; c.left = true */
           if
@@ -1178,7 +1266,11 @@ end:
      /* wait for the response to Synchronize, or for the plugin's drop */
      atomic { !sreq[sg] || !wantsync[i] || !alive[i] ->
        if
-       :: !sreq[sg] && wantsync[i] && alive[i] -> inchain[i] = 1   /* appended */
+       :: !sreq[sg] && wantsync[i] && alive[i] && !serr[sg] -> inchain[i] = 1   /* appended */
+       :: !sreq[sg] && wantsync[i] && alive[i] && serr[sg] ->
+          /* Synchronize failed (ErrNotReady): the runtime drops the */
+          /* plugin; Plugin.Run reconnects later                     */
+          dropped[i] = 1; serr[sg] = 0
        :: else
        fi;
        wantsync[i] = 0;
