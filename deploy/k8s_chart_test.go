@@ -133,11 +133,14 @@ func (s *suite) chartNewestVersion(t *testing.T) {
 	if !s.w.waitUntil(30*time.Second, func() bool { return s.mon.current() == owner.name }) {
 		t.Fatalf("owner %q, want %s", s.mon.current(), owner.name)
 	}
+	downgradeAt := time.Now()
 	s.upgrade(t, s.renderDS(t, "nri-audit", "ci/newest-version-values.yaml", map[string]any{"image.tag": "1.0.0"}))
 	var standby podRecord
 	if !s.w.waitUntil(3*time.Minute, func() bool {
 		for _, r := range s.w.pods {
-			if r.owner == v2.Name && r.image == auditImage("1.0.0") && !r.runningAt.IsZero() {
+			// Earlier steps ran 1.0.0 pods of the same name: only a new one.
+			if r.owner == v2.Name && r.image == auditImage("1.0.0") && !r.runningAt.IsZero() &&
+				r.goneAt.IsZero() && r.firstSeen.After(downgradeAt) {
 				standby = *r
 				return true
 			}
