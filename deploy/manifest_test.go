@@ -469,8 +469,17 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet, w want) {
 			errorf("livenessProbe failureThreshold %d, want a generous one (>= 3)", p.FailureThreshold)
 		}
 	}
-	if c.StartupProbe != nil {
-		errorf("unexpected startupProbe")
+	// The startup probe waits for the claim, so that readiness never sees
+	// a joining instance; its --timeout stays below timeoutSeconds, and a
+	// slow start is given time before the kubelet restarts it.
+	checkProbe(t, ds.Name, "startupProbe", c.StartupProbe, []string{probeBinary, "probe", "started", "--plugin", w.plugin, "--timeout", "4s"})
+	if p := c.StartupProbe; p != nil {
+		if probeSeconds(p.TimeoutSeconds, 1) <= 4 {
+			errorf("startupProbe timeoutSeconds %d, want more than the probe's --timeout 4s", p.TimeoutSeconds)
+		}
+		if budget := probeSeconds(p.PeriodSeconds, 10) * probeSeconds(p.FailureThreshold, 3); budget < 30 {
+			errorf("startupProbe gives a start %d s, want >= 30", budget)
+		}
 	}
 
 	// Environment: the instance is the pod, the plugin is registered as w says.

@@ -375,8 +375,10 @@ func (c *Coordinator) statusLocked() *api.StatusResponse {
 	return st
 }
 
-// Ready reports whether this instance owns the plugin, with a one-line
-// reason: the readiness a DaemonSet rollout should wait for.
+// Ready reports whether this instance owns the plugin, or is the live
+// fallback of the instance it yielded to (see LiveFallback), with a
+// one-line reason: the readiness a DaemonSet rollout should wait for, and
+// keep the old pod for.
 func (c *Coordinator) Ready() (bool, string) {
 	c.mu.Lock()
 	st, settling := c.statusLocked(), c.claiming
@@ -391,6 +393,13 @@ func (c *Coordinator) Ready() (bool, string) {
 			return false, "owner: " + supersededReason
 		}
 		return true, fmt.Sprintf("owner since epoch %d", st.Epoch)
+	}
+	if st.Role == api.Role_ROLE_RETIRED {
+		ctx, cancel := context.WithTimeout(context.Background(), fallbackProbeTimeout)
+		defer cancel()
+		if succ, ok := LiveFallback(ctx, c.cfg.Dir, st); ok {
+			return true, FallbackReason(succ)
+		}
 	}
 	if st.Reason != "" {
 		return false, fmt.Sprintf("%s: %s", roleName(st.Role), st.Reason)

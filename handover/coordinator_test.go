@@ -130,8 +130,12 @@ func TestFirstInstanceOwnsAndNewcomerTakesOver(t *testing.T) {
 	if lh.GetFromId() != "a" || lh.GetToId() != "b" || lh.GetDurationNano() <= 0 {
 		t.Fatalf("last handover %+v", lh)
 	}
-	if ok, reason := a.Ready(); ok || !strings.Contains(reason, "yielded to b") {
-		t.Fatalf("retired ready=%v reason %q", ok, reason)
+	// a yielded to b, which owns: a is b's live fallback, and ready.
+	if ok, reason := a.Ready(); !ok || reason != FallbackReason("b") {
+		t.Fatalf("retired ready=%v reason %q, want a live fallback for b", ok, reason)
+	}
+	if st := a.Status(); !strings.Contains(st.Reason, "yielded to b") {
+		t.Fatalf("retired reason %q", st.Reason)
 	}
 
 	// The retired instance exits: the new owner's socket must survive it.
@@ -146,6 +150,14 @@ func TestFirstInstanceOwnsAndNewcomerTakesOver(t *testing.T) {
 	}
 	if b.Status().Role != api.Role_ROLE_RETIRED || c.Status().Epoch != 3 {
 		t.Fatalf("b role %v, c epoch %d", b.Status().Role, c.Status().Epoch)
+	}
+	if ok, reason := b.Ready(); !ok || reason != FallbackReason("c") {
+		t.Fatalf("b after yielding to c: ready=%v reason %q", ok, reason)
+	}
+	// Once c stops, b takes back or not; either way it is no fallback of c.
+	c.Close()
+	if ok, reason := b.Ready(); ok && reason == FallbackReason("c") {
+		t.Fatalf("b still a fallback of the closed c: %q", reason)
 	}
 }
 

@@ -99,7 +99,8 @@ func TestMetricsFollowAHandover(t *testing.T) {
 	if value(mb, "nri_handover_info", map[string]string{"version": "2.0.0", "instance": "b"}) != 1 {
 		t.Fatal("info metric missing")
 	}
-	if code, body := get(t, sa.URL+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "yielded to b") {
+	// a yielded to b, which owns: a is b's live fallback and stays ready.
+	if code, body := get(t, sa.URL+"/readyz"); code != http.StatusOK || !strings.Contains(body, "live fallback for owner b") {
 		t.Fatalf("retired /readyz: %d %q", code, body)
 	}
 	if code, _ := get(t, sa.URL+"/healthz"); code != 200 {

@@ -23,20 +23,27 @@ import (
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
-const probeUsage = `usage: nri-handover probe ready|live [--dir D] --plugin NAME [--instance ID] [--timeout T]
+const probeUsage = `usage: nri-handover probe ready|live|started [--dir D] --plugin NAME [--instance ID] [--timeout T]
 
 Kubernetes exec probes for one instance of a plugin (the instance id
 defaults to $` + plugin.EnvInstance + `, which the DaemonSet sets to the pod
 name with the downward API, else to the only instance that answers):
 
-  ready   succeeds only if the instance answers with role owner and
-          owner.sock leads to it: a maxSurge rollout deletes the old pod only
-          after the new one took over
+  ready   succeeds if the instance answers with role owner and owner.sock
+          leads to it, or if it is the live fallback of the owner it yielded
+          to (retired, not stopping, its successor answers on owner.sock as
+          owner): a maxSurge rollout deletes the old pod only after the new
+          one took over, and keeps it for minReadySeconds after that
   live    succeeds if the instance answers at all, in any role: a standby
           waiting for its turn must not be restarted
+  started succeeds once the instance answers in a role other than joining
+          (it has synchronized with the runtime and claimed); waits for that
+          up to the timeout: the startup probe, so that the readiness probe
+          never sees a joining instance
 
-Prints one line with the reason and exits 0 (ready / live), 1 (not ready /
-not live) or 2 (usage error).
+Prints one line with the reason, without a newline (the kubelet puts the
+output into the pod's events as it is), and exits 0 (ready / live /
+started), 1 (not ready / not live / not started) or 2 (usage error).
 
 flags:
 `
@@ -81,14 +88,14 @@ func probe(args []string, out io.Writer) error {
 		return usageErrorf("%v", err)
 	}
 	if len(pos) == 0 {
-		return usageErrorf("which probe? want ready or live")
+		return usageErrorf("which probe? want ready, live or started")
 	}
 	if len(pos) != 1 {
-		return usageErrorf("want exactly one of ready or live, got %q", pos)
+		return usageErrorf("want exactly one of ready, live or started, got %q", pos)
 	}
 	mode := pos[0]
-	if mode != "ready" && mode != "live" {
-		return usageErrorf("unknown probe %q: want ready or live", mode)
+	if mode != "ready" && mode != "live" && mode != "started" {
+		return usageErrorf("unknown probe %q: want ready, live or started", mode)
 	}
 	if o.plugin == "" {
 		return usageErrorf("--plugin is required")
@@ -120,12 +127,18 @@ func probe(args []string, out io.Writer) error {
 		o.instance = id
 	}
 
-	ok, why := check(context.Background(), mode, filepath.Clean(o.dir), o.plugin, o.instance, o.timeout)
+	var ok bool
+	var why string
+	if mode == "started" {
+		ok, why = started(context.Background(), filepath.Clean(o.dir), o.plugin, o.instance, o.timeout)
+	} else {
+		ok, why = check(context.Background(), mode, filepath.Clean(o.dir), o.plugin, o.instance, o.timeout)
+	}
 	line := mode + ": " + why
 	if !ok {
 		line = "not " + line
 	}
-	fmt.Fprintln(out, line)
+	fmt.Fprint(out, line)
 	if !ok {
 		return &exitError{code: exitFailed, err: errors.New(line), printed: true}
 	}
@@ -197,6 +210,18 @@ func check(ctx context.Context, mode, root, name, id string, timeout time.Durati
 	if mode == "live" {
 		return true, desc
 	}
+	if st.GetRole() == hapi.Role_ROLE_RETIRED {
+		// A live fallback stays ready: the DaemonSet controller deletes an
+		// unready old pod at once, and with it the instance that would take
+		// back if the new one died before it had been available for
+		// minReadySeconds.
+		fctx, cancel := context.WithTimeout(ctx, timeout)
+		succ, ok := handover.LiveFallback(fctx, d, st)
+		cancel()
+		if ok {
+			return true, handover.FallbackReason(succ)
+		}
+	}
 	if st.GetRole() != hapi.Role_ROLE_OWNER {
 		return false, desc
 	}
@@ -210,6 +235,24 @@ func check(ctx context.Context, mode, root, name, id string, timeout time.Durati
 		return false, "superseded: owner.sock leads to another instance; this one retires at its next event"
 	}
 	return true, desc
+}
+
+// started waits until the instance answers in a role other than joining,
+// or the timeout ends; it says why not with the last answer.
+func started(ctx context.Context, root, name, id string, timeout time.Duration) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		ok, why := check(ctx, "live", root, name, id, timeout)
+		if ok && !strings.HasPrefix(why, "joining") {
+			return true, why
+		}
+		select {
+		case <-ctx.Done():
+			return false, why
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // describe says what an instance is doing, as Coordinator.Ready does:

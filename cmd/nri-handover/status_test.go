@@ -197,7 +197,8 @@ func TestStatusAndProbesOnLiveInstances(t *testing.T) {
 			"not ready: standby: version 1.0.0 is older than the owner's 3.0.0 (policy newest-version)"},
 		{[]string{"live", "--instance", "b-v1"}, 0,
 			"live: standby: version 1.0.0 is older than the owner's 3.0.0 (policy newest-version)"},
-		{[]string{"ready", "--instance", "a-v2"}, 1, "not ready: retired: yielded to c-v3 (3.0.0)"},
+		// a-v2 yielded to c-v3, which owns: a live fallback, ready.
+		{[]string{"ready", "--instance", "a-v2"}, 0, "ready: retired: live fallback for owner c-v3"},
 		{[]string{"live", "--instance", "a-v2"}, 0, "live: retired: yielded to c-v3 (3.0.0)"},
 		{[]string{"ready", "--instance", "d-dead"}, 1,
 			"not ready: instance d-dead is gone: nothing listens on " + filepath.Join(inst, "d-dead.sock")},
@@ -205,19 +206,22 @@ func TestStatusAndProbesOnLiveInstances(t *testing.T) {
 		{[]string{"live", "--instance", "e-hung"}, 1,
 			"not live: instance e-hung does not answer on " + filepath.Join(inst, "e-hung.sock") + ": no answer within 300ms"},
 		{[]string{"ready", "--instance", "zz"}, 1, "not ready: instance zz has no socket"},
+		{[]string{"started", "--instance", "c-v3"}, 0, "started: owner since epoch 2"},
+		{[]string{"started", "--instance", "b-v1"}, 0, "started: standby: version 1.0.0 is older"},
+		{[]string{"started", "--instance", "zz"}, 1, "not started: instance zz has no socket"},
 	}
 	for _, pc := range probes {
 		args := append([]string{"--dir", n.root, "--plugin", "audit", "--timeout", "300ms"}, pc.args...)
 		out, code, err := run(probe, args...)
-		if code != pc.code || !strings.HasPrefix(out, pc.line) || strings.Count(out, "\n") != 1 {
-			t.Errorf("probe %v: exit %d (%v), output %q; want exit %d and one line starting %q",
+		if code != pc.code || !strings.HasPrefix(out, pc.line) || strings.Contains(out, "\n") {
+			t.Errorf("probe %v: exit %d (%v), output %q; want exit %d and one line without newline starting %q",
 				pc.args, code, err, out, pc.code, pc.line)
 		}
 	}
 
 	// The instance id from the environment, as the DaemonSet sets it.
 	t.Setenv(plugin.EnvInstance, "c-v3")
-	if out, code, _ := run(probe, "ready", "--dir", n.root, "--plugin", "audit"); code != 0 || out != "ready: owner since epoch 2\n" {
+	if out, code, _ := run(probe, "ready", "--dir", n.root, "--plugin", "audit"); code != 0 || out != "ready: owner since epoch 2" {
 		t.Errorf("probe ready with $%s: exit %d, %q", plugin.EnvInstance, code, out)
 	}
 	t.Setenv(plugin.EnvDir, n.root)
@@ -403,9 +407,9 @@ func TestProbeUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, "which probe? want ready or live"},
+		{nil, "which probe? want ready, live or started"},
 		{[]string{"maybe", "--plugin", "x", "--instance", "i"}, `unknown probe "maybe"`},
-		{[]string{"ready", "live", "--plugin", "x", "--instance", "i"}, "want exactly one of ready or live"},
+		{[]string{"ready", "live", "--plugin", "x", "--instance", "i"}, "want exactly one of ready, live or started"},
 		{[]string{"ready", "--instance", "i"}, "--plugin is required"},
 		{[]string{"ready", "--plugin", "../x", "--instance", "i"}, "invalid plugin name"},
 		{[]string{"ready", "--plugin", "x", "--instance", "i", "--timeout", "-1s"}, "must be positive"},
@@ -499,10 +503,10 @@ func TestProbeSupersededOwner(t *testing.T) {
 	}
 	base := []string{"--dir", n.root, "--plugin", "audit", "--instance", "a", "--timeout", "200ms"}
 	if out, code, _ := run(probe, append([]string{"ready"}, base...)...); code != 1 ||
-		out != "not ready: superseded: owner.sock leads to another instance; this one retires at its next event\n" {
+		out != "not ready: superseded: owner.sock leads to another instance; this one retires at its next event" {
 		t.Errorf("probe ready: exit %d, %q", code, out)
 	}
-	if out, code, _ := run(probe, append([]string{"live"}, base...)...); code != 0 || out != "live: owner since epoch 1\n" {
+	if out, code, _ := run(probe, append([]string{"live"}, base...)...); code != 0 || out != "live: owner since epoch 1" {
 		t.Errorf("probe live: exit %d, %q", code, out)
 	}
 	out, code, err := run(status, "--dir", n.root, "--timeout", "200ms")

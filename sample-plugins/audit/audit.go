@@ -32,10 +32,24 @@ type Plugin struct {
 	Recorder Recorder
 }
 
-// CreateContainer injects EnvVar and records the event.
-func (p *Plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+// PluginPodLabel and PluginPodValue mark the pods of NRI plugins: the
+// shipped manifests and the chart label every plugin pod
+// app.kubernetes.io/component=nri-plugin. The plugin leaves their
+// containers' environment alone (it still records their events): during a
+// rollout the old pod would otherwise inject its variable into the
+// container of its own successor.
+const (
+	PluginPodLabel = "app.kubernetes.io/component"
+	PluginPodValue = "nri-plugin"
+)
+
+// CreateContainer injects EnvVar, except into the containers of plugin
+// pods (see PluginPodLabel), and records the event.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	adjust := &api.ContainerAdjustment{}
-	adjust.AddEnv(EnvVar, p.Version)
+	if pod.GetLabels()[PluginPodLabel] != PluginPodValue {
+		adjust.AddEnv(EnvVar, p.Version)
+	}
 	return adjust, nil, p.Recorder.Record("CreateContainer", c.GetId())
 }
 

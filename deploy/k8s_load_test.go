@@ -1,0 +1,329 @@
+//go:build k8s
+
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	loadNamespace = "nri-load"
+	// maxInFlight bounds the workload's pods that exist at once.
+	maxInFlight = 20
+)
+
+// loadPod is one pod of the workload and what the suite saw of it.
+type loadPod struct {
+	name      string
+	uid       string
+	createdAt time.Time
+	runningAt time.Time
+	failure   string // why it did not run, or ""
+	ctrID     string
+	sandboxID string
+	spec      *ctrSpec
+	specErr   error
+	deleted   bool
+}
+
+// loadGen creates hostNetwork pods through the API at a steady rate; each
+// runs its container for a while and is deleted through the API. The
+// kubelet drives every container through its whole life cycle (create,
+// start, stop, remove) on the node's containerd, so every NRI event the
+// plugin sees comes from the real kubelet.
+type loadGen struct {
+	c        *cluster
+	w        *watcher
+	interval time.Duration
+	life     time.Duration
+
+	mu       sync.Mutex
+	pods     []*loadPod
+	inFlight int // pods created and not yet gone
+	skipped  int // ticks skipped because maxInFlight pods were in flight
+	seq      atomic.Int64
+	stopC    chan struct{}
+	wg       sync.WaitGroup
+}
+
+func (c *cluster) startLoad(w *watcher, perSecond float64, life time.Duration) (*loadGen, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadNamespace}}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create namespace %s: %w", loadNamespace, err)
+	}
+	// Pods need the namespace's default ServiceAccount.
+	if err := c.waitFor("ServiceAccount default in "+loadNamespace, nil, 30*time.Second, func() error {
+		_, err := c.cs.CoreV1().ServiceAccounts(loadNamespace).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	l := &loadGen{c: c, w: w, interval: time.Duration(float64(time.Second) / perSecond), life: life, stopC: make(chan struct{})}
+	l.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+func (l *loadGen) run() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stopC:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		if l.inFlight >= maxInFlight {
+			// The node is behind: skip this tick rather than pile up pods
+			// (the kubelet takes at most 110). The rate achieved is reported.
+			l.skipped++
+			l.mu.Unlock()
+			continue
+		}
+		l.inFlight++
+		n := l.seq.Add(1)
+		p := &loadPod{name: fmt.Sprintf("load-%05d", n)}
+		l.pods = append(l.pods, p)
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go l.lifecycle(p)
+	}
+}
+
+func loadPodSpec(name string) *corev1.Pod {
+	grace := int64(5)
+	no := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: loadNamespace, Labels: map[string]string{"app": "nri-load"}},
+		Spec: corev1.PodSpec{
+			HostNetwork:                   true,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: &grace,
+			EnableServiceLinks:            &no,
+			AutomountServiceAccountToken:  &no,
+			Containers: []corev1.Container{{
+				Name: "c", Image: sleepImage, ImagePullPolicy: corev1.PullNever,
+			}},
+		},
+	}
+}
+
+// lifecycle creates one pod, waits for its container to run, reads its
+// spec from containerd, keeps it for the pod's life and deletes it.
+func (l *loadGen) lifecycle(p *loadPod) {
+	defer l.wg.Done()
+	defer func() {
+		l.mu.Lock()
+		l.inFlight--
+		l.mu.Unlock()
+	}()
+	cs := l.c.cs.CoreV1().Pods(loadNamespace)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p.createdAt = time.Now()
+	created, err := cs.Create(ctx, loadPodSpec(p.name), metav1.CreateOptions{})
+	if err != nil {
+		l.fail(p, "create: "+err.Error())
+		return
+	}
+	p.uid = string(created.UID)
+	var rec *podRecord
+	ok := l.w.waitUntil(90*time.Second, func() bool {
+		rec = l.w.pods[p.uid]
+		if rec == nil {
+			return false
+		}
+		return !rec.runningAt.IsZero() || rec.phase == corev1.PodFailed || len(rec.terminated) > 0 ||
+			len(rec.waiting) > 0 || !rec.goneAt.IsZero()
+	})
+	l.w.mu.Lock()
+	var snap podRecord
+	if rec != nil {
+		snap = *rec
+		snap.waiting = map[string]string{}
+		for k, v := range rec.waiting {
+			snap.waiting[k] = v
+		}
+	}
+	l.w.mu.Unlock()
+	switch {
+	case !ok:
+		l.fail(p, "not running after 90 s")
+	case snap.runningAt.IsZero():
+		l.fail(p, fmt.Sprintf("did not run: phase %s, waiting %v, terminated %v", snap.phase, snap.waiting, snap.terminated))
+	default:
+		l.mu.Lock()
+		p.runningAt, p.ctrID = snap.runningAt, snap.containerID
+		l.mu.Unlock()
+		sp, err := l.c.spec(snap.containerID)
+		l.mu.Lock()
+		p.spec, p.specErr = sp, err
+		if sp != nil {
+			p.sandboxID = sp.Annotations["io.kubernetes.cri.sandbox-id"]
+		}
+		l.mu.Unlock()
+		// The pod's life: the workload keeps it this long, then deletes it.
+		select {
+		case <-time.After(l.life):
+		case <-l.stopC:
+		}
+	}
+	if err := cs.Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		l.fail(p, "delete: "+err.Error())
+		return
+	}
+	l.w.waitUntil(2*time.Minute, func() bool {
+		r := l.w.pods[p.uid]
+		return r == nil || !r.goneAt.IsZero()
+	})
+	l.mu.Lock()
+	p.deleted = true
+	l.mu.Unlock()
+}
+
+func (l *loadGen) fail(p *loadPod, why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p.failure == "" {
+		p.failure = why
+	}
+}
+
+// stop ends the workload: no more pods, the running ones deleted, and
+// waits until the API has none left.
+func (l *loadGen) stop() {
+	close(l.stopC)
+	l.wg.Wait()
+}
+
+// snapshot returns copies of the pods so far.
+func (l *loadGen) snapshot() []loadPod {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]loadPod, len(l.pods))
+	for i, p := range l.pods {
+		out[i] = *p
+	}
+	return out
+}
+
+// rate returns the pods created per second between from and to.
+func rate(pods []loadPod, from, to time.Time) float64 {
+	n := 0
+	for _, p := range pods {
+		if !p.createdAt.Before(from) && p.createdAt.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+// startLatencies returns, for the pods created within [from, to), the time
+// from the API create call to the watch seeing the container running.
+func startLatencies(pods []loadPod, from, to time.Time) []time.Duration {
+	var out []time.Duration
+	for _, p := range pods {
+		if !p.createdAt.Before(from) && p.createdAt.Before(to) && !p.runningAt.IsZero() {
+			out = append(out, p.runningAt.Sub(p.createdAt))
+		}
+	}
+	return out
+}
+
+func latencySummary(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "no pods"
+	}
+	return fmt.Sprintf("%d pods, p50 %s, p90 %s, p99 %s, max %s", len(ds), ms(percentile(ds, 50)),
+		ms(percentile(ds, 90)), ms(percentile(ds, 99)), ms(percentile(ds, 100)))
+}
+
+// containerEvents are the NRI events the kubelet's handling of one
+// container causes on containerd v2.2, and those of one pod sandbox.
+var (
+	containerEvents = []string{"CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
+		"StopContainer", "RemoveContainer"}
+	sandboxEvents = []string{"RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
+)
+
+// expected returns "<event> <id>" for every event the workload's pods
+// must have caused.
+func expectedEvents(pods []loadPod) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range pods {
+		if p.ctrID == "" {
+			continue
+		}
+		for _, ev := range containerEvents {
+			out[ev+" "+p.ctrID] = true
+		}
+		if p.sandboxID != "" {
+			for _, ev := range sandboxEvents {
+				out[ev+" "+p.sandboxID] = true
+			}
+		}
+	}
+	return out
+}
+
+// ledgerCheck compares the ledger with the workload: every expected event
+// once, and no event of any object (plugin pods' too) twice.
+type ledgerCheck struct {
+	expected, recorded    int
+	missing, duplicates   []string
+	byVersion, byInstance map[string]int
+}
+
+func checkLedger(ledger []ledgerEntry, expected map[string]bool) ledgerCheck {
+	r := ledgerCheck{expected: len(expected), recorded: len(ledger), byVersion: map[string]int{}, byInstance: map[string]int{}}
+	got := map[string]int{}
+	for _, e := range ledger {
+		got[e.event+" "+e.object]++
+		r.byVersion[e.version]++
+		r.byInstance[e.instance]++
+	}
+	for k := range expected {
+		if got[k] == 0 {
+			r.missing = append(r.missing, k)
+		}
+	}
+	for k, n := range got {
+		if n > 1 {
+			r.duplicates = append(r.duplicates, fmt.Sprintf("%s x%d", k, n))
+		}
+	}
+	sort.Strings(r.missing)
+	sort.Strings(r.duplicates)
+	return r
+}
+
+func (r ledgerCheck) String() string {
+	var vs []string
+	for v, n := range r.byVersion {
+		vs = append(vs, fmt.Sprintf("%s:%d", v, n))
+	}
+	sort.Strings(vs)
+	return fmt.Sprintf("%d workload events expected, ledger has %d lines (by version %s) from %d instances; %d missing, %d duplicated",
+		r.expected, r.recorded, strings.Join(vs, " "), len(r.byInstance), len(r.missing), len(r.duplicates))
+}
+
+func first(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("... %d more", len(s)-n))
+	}
+	return s
+}

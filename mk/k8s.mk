@@ -1,0 +1,11 @@
+# A one-node Kubernetes cluster of real components (kube-apiserver,
+# controller-manager, scheduler, kubelet built from k8s.io/kubernetes,
+# Debian's etcd) on a containerd of its own: the shipped manifests and chart
+# rolled out under a workload (deploy/k8s_*_test.go, see README.md).
+# Needs Linux and root; elsewhere it says why it skips and succeeds.
+TEST_EXTRA += test-k8s
+
+.PHONY: test-k8s
+## test-k8s: the shipped DaemonSet and chart on a real node: rollouts, seeds 000 and 002.
+test-k8s:
+	@GO="$(GO)" bash test/k8s/run.sh
