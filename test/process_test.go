@@ -181,9 +181,10 @@ func TestProcessRollout(t *testing.T) {
 			t.Fatalf("new pod ready: %q", line)
 		}
 		t.Logf("new pod ready %v after its start", time.Since(started).Round(time.Millisecond))
-		// The old pod is not ready any more, but live: its liveness probe
-		// must not restart it while the controller deletes it.
-		if code, line := n.probe(ctx, "ready", old.id); code != 1 || line != "not ready: retired: yielded to audit-new (2.0.0)" {
+		// The old pod stays ready as the live fallback of the new owner (so
+		// the DaemonSet controller keeps it for minReadySeconds), and live:
+		// its liveness probe must not restart it while it is deleted.
+		if code, line := n.probe(ctx, "ready", old.id); code != 0 || line != "ready: retired: live fallback for owner audit-new" {
 			t.Errorf("old pod readiness: exit %d: %s", code, line)
 		}
 		if code, line := n.probe(ctx, "live", old.id); code != 0 || line != "live: retired: yielded to audit-new (2.0.0)" {
