@@ -460,7 +460,9 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	var grant claimGrant
 	role, err := c.claim(ctx, w, &grant)
 	outcome := claimOutcome(before, role, c.Status().Reason, err)
-	if role == api.Role_ROLE_OWNER && ready != nil {
+	// A superseded owner (the name leads elsewhere) retires at its next
+	// event: its author does not synchronize (model finding F5).
+	if role == api.Role_ROLE_OWNER && ready != nil && !c.superseded() {
 		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
 			outcome = OutcomeNotReady
 			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
@@ -551,22 +553,30 @@ func runBy(parent context.Context, by time.Time, ready func(context.Context) err
 	}
 }
 
-// awaitTakeBack waits, until by, for the instance that yielded to this one
-// to publish itself as owner again once this claim settled as not owner.
-// It runs inside the runtime's Synchronize, so no event can fall between
-// the give-back and the take-back.
+// awaitTakeBack waits, until by, for another instance to own the plugin
+// again — an instance other than this one answers as owner behind the
+// owner name — once this claim was granted but settled as not owner. It
+// runs inside the runtime's Synchronize, so no event can fall between the
+// give-back and the take-back. A rename of the name is not enough: the
+// name may lead to the predecessor already (this claim never published),
+// or lead there before the predecessor has taken the owner role (model
+// findings F7 and F10).
 func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
 	const poll = time.Millisecond
-	for time.Now().Before(by) {
-		if id, err := c.cfg.Dir.ownerID(); err == nil && id != c.ownSocket {
-			return // the name leads elsewhere: taken back (or another claim won)
+	for time.Now().Before(by) && c.ctx.Err() == nil {
+		ctx, cancel := context.WithDeadline(c.ctx, by)
+		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
+			st, err := cl.Status(ctx, &api.StatusRequest{})
+			cl.Close()
+			if err == nil && st.Role == api.Role_ROLE_OWNER && st.GetInstance().GetId() != c.self.Id {
+				cancel()
+				return
+			}
 		}
-		if c.ctx.Err() != nil {
-			return
-		}
+		cancel()
 		time.Sleep(poll)
 	}
-	c.log.WithField("predecessor", from).Warn("gave ownership back, but the predecessor did not take it back in time")
+	c.log.WithField("predecessor", from).Warn("gave ownership back, but no other instance owned the plugin in time")
 }
 
 // setClaiming records whether a claim is in progress; a yielded owner that
@@ -931,7 +941,10 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		wait = time.Until(time.Unix(0, d))
 	}
 	deadline := time.Now().Add(min(wait, maxClaimWait))
-	lockCtx, cancel := context.WithDeadline(ctx, deadline)
+	// Wait for the event in progress for as long as the taker waits for the
+	// answer: a taker that gets none takes over by force (its claim is
+	// fenced), which is right for an owner stuck in an event.
+	lockCtx, cancel := context.WithTimeout(ctx, maxClaimWait)
 	held := c.holdEvents(lockCtx)
 	cancel()
 	if held {
