@@ -218,6 +218,35 @@ func (n *Node) Rollback(ctx context.Context, version string, opts ...plugin.Opti
 	return n.Upgrade(ctx, version, opts...)
 }
 
+// Rollout starts the plugin at versions[0], then upgrades (or rolls back)
+// to each later version in turn, as a DaemonSet rollout does, running three
+// pod lifecycles of two containers each after every step; it returns the
+// node's Check. Rollout(ctx, "1.0.0", "2.0.0", "1.0.0") is an upgrade and
+// a rollback.
+func (n *Node) Rollout(ctx context.Context, versions ...string) (Result, error) {
+	if len(versions) == 0 {
+		return Result{}, fmt.Errorf("plugintest: Rollout needs at least one version")
+	}
+	first, err := n.Start(versions[0])
+	if err != nil {
+		return Result{}, err
+	}
+	if err := first.WaitOwner(ctx); err != nil {
+		return Result{}, fmt.Errorf("plugintest: %s did not become owner: %w", versions[0], err)
+	}
+	for i, v := range versions {
+		if i > 0 {
+			if _, err := n.Upgrade(ctx, v); err != nil {
+				return Result{}, err
+			}
+		}
+		if err := n.Lifecycles(ctx, 3, 2); err != nil {
+			return Result{}, err
+		}
+	}
+	return n.Check()
+}
+
 // Lifecycles runs pods pods, one after the other, through their whole
 // lives with containers containers each (see Runtime.Lifecycle).
 func (n *Node) Lifecycles(ctx context.Context, pods, containers int) error {

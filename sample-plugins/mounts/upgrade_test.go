@@ -25,25 +25,9 @@ func TestUpgradeWithPlugintest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	ctx := context.Background()
-	v1, err := node.Start("1.0.0")
-	if err != nil || v1.WaitOwner(ctx) != nil {
-		t.Fatalf("start: %v", err)
-	}
-	for _, step := range []func() error{
-		func() error { return node.Lifecycles(ctx, 3, 2) },
-		func() error { _, err := node.Upgrade(ctx, "2.0.0"); return err },
-		func() error { return node.Lifecycles(ctx, 3, 2) },
-		func() error { _, err := node.Rollback(ctx, "1.0.0"); return err },
-		func() error { return node.Lifecycles(ctx, 3, 2) },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	res, err := node.Check()
+	res, err := node.Rollout(context.Background(), "1.0.0", "2.0.0", "1.0.0")
 	if err != nil || !res.OK() {
-		t.Fatalf("check: %v %v", err, res.Err())
+		t.Fatalf("rollout: %v %v", err, res.Err())
 	}
 	t.Logf("%v", res.Events)
 }
