@@ -1377,17 +1377,6 @@ func (c *Coordinator) awaitSuccessor(ctx context.Context) {
 	}
 }
 
-// anyAlive reports whether any of the instances still serves its socket.
-func (c *Coordinator) anyAlive(ctx context.Context, ids []string) bool {
-	for _, id := range ids {
-		if cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(id)); err == nil {
-			cl.Close()
-			return true
-		}
-	}
-	return false
-}
-
 // Close stops the handover service and the coordinator's goroutines. The
 // instance's own socket file is removed; the owner name and the key file
 // are never touched, so a successor that serves them is not disturbed.
