@@ -152,6 +152,17 @@ type Coordinator struct {
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
 	changed      chan struct{} // closed and replaced on every change of the fields above
+	// conns are this instance's runtime connections (tag -> the events it
+	// subscribes to); claimTag is the connection a claim in progress is
+	// made for, mainTag the last one that claimed: a promotion outside a
+	// Synchronize takes the cut for it (see cutconn.go).
+	conns             map[uint16]uint64
+	claimTag, mainTag uint16
+	claimCut          cutWord // the register before the claim in progress moved it
+	claimCutTag       uint16  // the connection it moved it for (0: not moved)
+	heirOfNobody      uint16  // an heir that claimed with no live owner
+
+	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last
@@ -196,6 +207,7 @@ func New(cfg Config) (*Coordinator, error) {
 		events:   make(chan struct{}, 1),
 		watchers: map[string]*api.Instance{},
 		changed:  make(chan struct{}),
+		conns:    map[uint16]uint64{},
 	}
 	c.log = cfg.Log.WithFields(logrus.Fields{
 		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,
@@ -392,6 +404,9 @@ func (c *Coordinator) Ready() (bool, string) {
 		if c.superseded() {
 			return false, "owner: " + supersededReason
 		}
+		if c.hasConns() && !c.Acting() {
+			return false, "owner: waiting to be seen in the runtime's chain (the previous owner acts until then)"
+		}
 		return true, fmt.Sprintf("owner since epoch %d", st.Epoch)
 	}
 	if st.Role == api.Role_ROLE_RETIRED {
@@ -455,6 +470,9 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.Cl
 func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context) error) (api.Role, error) {
 	start := time.Now()
 	before := c.currentRole()
+	c.mu.Lock()
+	c.claimCutTag = 0
+	c.mu.Unlock()
 	w := newClaimWindow(ctx, start, c.cfg.ClaimTimeout, ready != nil)
 	c.setClaiming(true)
 	var grant claimGrant
@@ -464,6 +482,10 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	// event: its author does not synchronize (model finding F5).
 	if role == api.Role_ROLE_OWNER && ready != nil && !c.superseded() {
 		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
+			c.mu.Lock()
+			prev, tag := c.claimCut, c.claimCutTag
+			c.mu.Unlock()
+			c.giveBackCut(prev, tag)
 			outcome = OutcomeNotReady
 			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
 			if before != api.Role_ROLE_OWNER {
@@ -650,6 +672,12 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			// Reconnected to the runtime (e.g. after a runtime restart):
 			// keep the role, and repair the owner name if it is missing.
 			err := c.ensurePublished(ctx)
+			c.mu.Lock()
+			if c.role == api.Role_ROLE_OWNER {
+				// The new connection is heir of the old one.
+				c.recordCutLocked(c.takeCutLocked(true))
+			}
+			c.mu.Unlock()
 			return c.currentRole(), err
 		}
 		// Another instance published itself while this one was away (it
@@ -830,10 +858,19 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		}
 	}
 	c.setLocked(api.Role_ROLE_OWNER, reason)
+	c.recordCutLocked(c.takeCutLocked(from != nil))
 	c.mu.Unlock()
 	c.releaseEvents()
 	c.failpoint(StepOwner)
 	return api.Role_ROLE_OWNER, nil
+}
+
+// recordCutLocked keeps what a claim in progress did to the register, for
+// giveBackCut. Call with mu.
+func (c *Coordinator) recordCutLocked(prev cutWord, tag uint16) {
+	if c.claimTag != 0 && tag == c.claimTag {
+		c.claimCut, c.claimCutTag = prev, tag
+	}
 }
 
 // ensurePublished checks that the owner name leads to this instance and
@@ -1333,6 +1370,11 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Unlock()
 	if owner {
 		c.awaitSuccessor(ctx)
+	}
+	// A successor acts from the first event it is seen in (cut.go); until
+	// then this instance still does.
+	if !c.awaitCutReleased(ctx) {
+		c.log.Warn("leaving: the successor was not seen in the runtime's chain in time")
 	}
 
 	// A handler that does not return by ctx's end is left behind: the

@@ -70,6 +70,13 @@ type adapter struct {
 	// nothing.
 	replaces *conn
 	quiet    bool
+	// tag is this connection's in the per-event cut (0 for a quiet one);
+	// lost is closed when the connection is lost. retiring is a replaced
+	// connection that still owns the cut: it is closed from inside this
+	// connection's first event once it no longer does (see begin).
+	tag      uint16
+	lost     <-chan struct{}
+	retiring atomic.Pointer[conn]
 }
 
 var (
@@ -123,7 +130,37 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 		}
 	}
 	events.Set(api.Event_CREATE_CONTAINER)
+	a.p.coord.ConnEvents(a.tag, kindBits(events))
 	return events, nil
+}
+
+// kindBits converts an NRI event mask to the cut's bits (1<<event).
+func kindBits(m api.EventMask) uint64 {
+	var bits uint64
+	for e := api.Event_RUN_POD_SANDBOX; e < api.Event_LAST; e++ {
+		if m.IsSet(e) {
+			bits |= 1 << uint(e)
+		}
+	}
+	return bits
+}
+
+// nriEvents are the NRI events of the harness's event kinds.
+var nriEvents = [...]api.Event{
+	evRunPodSandbox:               api.Event_RUN_POD_SANDBOX,
+	evUpdatePodSandbox:            api.Event_UPDATE_POD_SANDBOX,
+	evPostUpdatePodSandbox:        api.Event_POST_UPDATE_POD_SANDBOX,
+	evStopPodSandbox:              api.Event_STOP_POD_SANDBOX,
+	evRemovePodSandbox:            api.Event_REMOVE_POD_SANDBOX,
+	evCreateContainer:             api.Event_CREATE_CONTAINER,
+	evPostCreateContainer:         api.Event_POST_CREATE_CONTAINER,
+	evStartContainer:              api.Event_START_CONTAINER,
+	evPostStartContainer:          api.Event_POST_START_CONTAINER,
+	evUpdateContainer:             api.Event_UPDATE_CONTAINER,
+	evPostUpdateContainer:         api.Event_POST_UPDATE_CONTAINER,
+	evStopContainer:               api.Event_STOP_CONTAINER,
+	evRemoveContainer:             api.Event_REMOVE_CONTAINER,
+	evValidateContainerAdjustment: api.Event_VALIDATE_CONTAINER_ADJUSTMENT,
 }
 
 // Synchronize is where ownership moves: the runtime runs no event while a
@@ -181,7 +218,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		updates = u
 		return nil
 	}
-	role, err := p.coord.ClaimThen(ctx, ready)
+	role, err := p.coord.ClaimConn(ctx, a.tag, ready)
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
@@ -191,11 +228,20 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		// connection this one was to replace stays in use).
 		return nil, err
 	}
-	if a.replaces != nil {
-		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+	if old := a.replaces; old != nil {
+		if p.coord.OwnsCut(old.adapter.tag) {
+			// It acts until this connection is seen in the chain: closed
+			// from inside this connection's first event (begin).
+			a.retiring.Store(old)
+		} else {
+			p.closeQuietly(old) // no event is in flight: the runtime is synchronizing us
+		}
 	}
 	if role != RoleOwner {
 		return nil, nil
+	}
+	if !p.coord.OwnsCut(a.tag) {
+		go a.promoteWhenIdle()
 	}
 	if reconcile {
 		go func() {
@@ -241,37 +287,82 @@ func (p *Plugin) noteInvalid(c *api.Container, err error) {
 	}
 }
 
-// gate enters the event section and reports whether this instance acts on
-// the event. The caller must call p.coord.Exit when done.
+// turn is one event at one connection, from begin to end.
+type turn struct {
+	a   *adapter
+	key uint32
+	act bool
+}
+
+// begin enters the event section and decides, through the per-event cut,
+// whether this connection acts on the event; the caller must call end.
 //
 // A connection that was closed never acts: the NRI stub may still run a
 // handler for a request the runtime has already given up on (the runtime
-// went on to the next plugin when the connection closed). Were this instance
-// to become owner meanwhile, through a newer connection, that late handler
-// would act on an event the previous owner had already handled.
-func (a *adapter) gate(event eventKind, id string) bool {
-	return a.p.actAs(a.enter(), event, id)
-}
-
-// enter enters the event section and returns the role to act in on this
-// connection.
-func (a *adapter) enter() Role {
-	role := a.p.coord.Enter()
-	if a.closed.Load() {
-		return RoleRetired
+// went on to the next plugin when the connection closed).
+func (a *adapter) begin(event eventKind, id string) turn {
+	p := a.p
+	role := p.coord.Enter()
+	t := turn{a: a}
+	if !a.closed.Load() && a.tag != 0 {
+		t.key = handover.EventKey(uint32(event), id)
+		t.act = p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event])).Act
+		a.closeRetiring()
 	}
-	return role
-}
-
-// actAs counts the event and reports whether role acts.
-func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
-	if role == RoleOwner {
+	if t.act {
 		p.acted.Add(1)
 		p.obs.Event(event, resultActed)
-		return true
+	} else {
+		p.skip(event, id, role)
 	}
-	p.skip(event, id, role)
-	return false
+	return t
+}
+
+// end records that the event's handler returned and leaves the event
+// section.
+func (t turn) end() {
+	if t.act {
+		t.a.p.coord.Finish(t.a.tag, t.key)
+	}
+	t.a.p.coord.Exit()
+}
+
+// closeRetiring closes the connection this one replaced once it no longer
+// owns the cut. Called inside one of this connection's events, when the
+// runtime has no request to the other one in flight.
+func (a *adapter) closeRetiring() {
+	if old := a.retiring.Load(); old != nil && !a.p.coord.OwnsCut(old.adapter.tag) &&
+		a.retiring.CompareAndSwap(old, nil) {
+		a.p.closeQuietly(old)
+	}
+}
+
+// promoteWhenIdle makes this heir connection owner of the cut if no event
+// comes to show it in the runtime's chain (see
+// handover.Coordinator.PromoteWhenIdle), then closes the connection it
+// replaced, if any.
+func (a *adapter) promoteWhenIdle() {
+	select {
+	case <-a.synced:
+	case <-a.lost:
+		return
+	}
+	ctx, cancel := context.WithCancel(a.p.runCtx)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.lost:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	quiet := a.stub.RequestTimeout()
+	if quiet <= 0 {
+		quiet = api.DefaultPluginRequestTimeout
+	}
+	if a.p.coord.PromoteWhenIdle(ctx, a.tag, quiet) {
+		a.closeRetiring()
+	}
 }
 
 // skip counts and logs an event this instance does not act on.
@@ -288,10 +379,9 @@ func (p *Plugin) skip(event eventKind, id string, role Role) {
 // it and no other instance stamped it already, then adds the stamp.
 func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	p := a.p
-	role := a.enter()
-	defer p.coord.Exit()
-	if role != RoleOwner {
-		p.skip(evCreateContainer, c.GetId(), role)
+	t := a.begin(evCreateContainer, c.GetId())
+	defer t.end()
+	if !t.act {
 		return nil, nil, nil
 	}
 	if st, err := p.verify(c); err == nil {
@@ -305,8 +395,6 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		}
 		return nil, nil, nil
 	}
-	p.acted.Add(1)
-	p.obs.Event(evCreateContainer, resultActed)
 	var (
 		adjust  *api.ContainerAdjustment
 		updates []*api.ContainerUpdate
@@ -330,24 +418,27 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	defer a.p.coord.Exit()
-	if !a.gate(evUpdateContainer, c.GetId()) {
+	t := a.begin(evUpdateContainer, c.GetId())
+	defer t.end()
+	if !t.act {
 		return nil, nil
 	}
 	return a.p.author.(stub.UpdateContainerInterface).UpdateContainer(ctx, pod, c, r)
 }
 
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
-	defer a.p.coord.Exit()
-	if !a.gate(evStopContainer, c.GetId()) {
+	t := a.begin(evStopContainer, c.GetId())
+	defer t.end()
+	if !t.act {
 		return nil, nil
 	}
 	return a.p.author.(stub.StopContainerInterface).StopContainer(ctx, pod, c)
 }
 
 func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
-	defer a.p.coord.Exit()
-	if !a.gate(evUpdatePodSandbox, pod.GetId()) {
+	t := a.begin(evUpdatePodSandbox, pod.GetId())
+	defer t.end()
+	if !t.act {
 		return nil
 	}
 	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
@@ -356,8 +447,9 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 // event gates an event whose only result is an error; id names the pod or
 // container it is about.
 func (a *adapter) event(event eventKind, id string, call func() error) error {
-	defer a.p.coord.Exit()
-	if !a.gate(event, id) {
+	t := a.begin(event, id)
+	defer t.end()
+	if !t.act {
 		return nil
 	}
 	return call()
@@ -430,7 +522,7 @@ func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 // is shutting down.
 func (a *adapter) Shutdown(ctx context.Context) {
 	h, ok := a.p.author.(stub.ShutdownInterface)
-	if !ok || a.closed.Load() || a.p.Role() != RoleOwner {
+	if !ok || a.closed.Load() || !a.p.coord.OwnsCut(a.tag) {
 		return
 	}
 	h.Shutdown(ctx)

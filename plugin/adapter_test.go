@@ -21,12 +21,12 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	a := &adapter{p: p}
+	a := &adapter{p: p, tag: p.coord.Conn(0)}
 	a.Shutdown(context.Background())
 	if author.calls != 0 {
 		t.Fatalf("Shutdown reached the author of a %v instance", p.Role())
 	}
-	if role, err := p.coord.Claim(context.Background()); err != nil || role != RoleOwner {
+	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil); err != nil || role != RoleOwner {
 		t.Fatalf("claim: %v %v", role, err)
 	}
 	a.Shutdown(context.Background())

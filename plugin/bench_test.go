@@ -44,7 +44,7 @@ func BenchmarkEvent(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { p.coord.Close(); p.dir.Close() })
-	a := &adapter{p: p, synced: make(chan struct{})}
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
 		b.Fatal(err)

@@ -784,7 +784,12 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	c := &conn{closed: make(chan struct{}), synced: make(chan struct{})}
 	var once sync.Once
 	opts := []stub.Option{
-		stub.WithOnClose(func() { once.Do(func() { close(c.closed) }) }),
+		stub.WithOnClose(func() {
+			once.Do(func() {
+				p.coord.DropConn(c.adapter.tag)
+				close(c.closed)
+			})
+		}),
 		stub.WithDialer(func(path string) (net.Conn, error) {
 			conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 			if err != nil {
@@ -807,9 +812,14 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
-	c.adapter = &adapter{p: p, synced: c.synced}
+	c.adapter = &adapter{p: p, synced: c.synced, lost: c.closed}
 	if setup != nil {
 		setup(c.adapter)
+	}
+	if !c.adapter.quiet {
+		events := p.handles
+		events.Set(api.Event_CREATE_CONTAINER)
+		c.adapter.tag = p.coord.Conn(kindBits(events))
 	}
 	s, err := stub.New(c.adapter, opts...)
 	if err != nil {
@@ -836,6 +846,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 // instance took a role on a newer connection.
 func (p *Plugin) disconnect(c *conn) {
 	c.adapter.closed.Store(true)
+	p.coord.DropConn(c.adapter.tag)
 	p.stubMu.Lock()
 	if p.stub == c.stub {
 		p.stub = nil

@@ -28,9 +28,9 @@ func (s scenario) String() string { return fmt.Sprintf("%s/faults=%d", s.mode, s
 // logs what it measured.
 var exact = map[scenario]bool{
 	{plugintest.ModeContainerd, 0}: true,
-	{plugintest.ModeCRIO, 0}:       false, // an event may fall between Synchronize and the append
-	{plugintest.ModeGap, 0}:        false, // events in every such gap reach only the retired owner
-	{plugintest.ModeExitStop, 0}:   false, // about 1 exit stop in 75 handovers falls in the gap
+	{plugintest.ModeCRIO, 0}:       true,
+	{plugintest.ModeGap, 0}:        true,
+	{plugintest.ModeExitStop, 0}:   true,
 	{plugintest.ModeContainerd, 2}: false, // a killed or frozen owner loses what it held
 	{plugintest.ModeCRIO, 2}:       false,
 	{plugintest.ModeGap, 2}:        false,

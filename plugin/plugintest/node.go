@@ -459,7 +459,8 @@ func (in *Instance) Running() bool {
 func (in *Instance) WaitOwner(ctx context.Context) error {
 	for {
 		ch := in.p.RoleChanged()
-		if in.p.Role() == plugin.RoleOwner {
+		// Owner, and acting: the runtime has it in its chain (Ready).
+		if ready, _ := in.p.Ready(); ready && in.p.Role() == plugin.RoleOwner {
 			return nil
 		}
 		select {

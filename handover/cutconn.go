@@ -1,0 +1,286 @@
+package handover
+
+import (
+	"context"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/handover/api"
+)
+
+// The coordinator's side of the per-event cut (cut.go): which of this
+// instance's runtime connections take part, and how the control plane's
+// transitions move the register.
+//
+//   - A claim granted by a live owner makes the claiming connection heir:
+//     the owner keeps acting until the heir has been seen in the chain.
+//   - A claim that keeps ownership (a reconnection) makes the new
+//     connection heir of the old one, the same way.
+//   - A claim or promotion that finds no live owner takes the register
+//     outright (the previous owner does not act any more).
+//   - A claim whose author Synchronize fails gives the register back as it
+//     was; the owner never stopped acting.
+
+// Conn registers a runtime connection of this instance that subscribes to
+// events (a bit mask, 1<<event kind) and returns its tag for ClaimConn,
+// Decide and Finish.
+func (c *Coordinator) Conn(events uint64) uint16 {
+	tag := c.cfg.Dir.newConnTag()
+	c.mu.Lock()
+	c.conns[tag] = events
+	c.mu.Unlock()
+	return tag
+}
+
+// DropConn forgets a connection that closed; an heir that closed never
+// becomes owner.
+func (c *Coordinator) DropConn(tag uint16) {
+	if tag == 0 {
+		return
+	}
+	c.mu.Lock()
+	delete(c.conns, tag)
+	c.mu.Unlock()
+	c.cfg.Dir.updateCut(func(w *cutWord) bool {
+		if w.heir != tag {
+			return false
+		}
+		w.heir, w.heirSeen = 0, false
+		return true
+	})
+}
+
+// ClaimConn is ClaimThen for the connection tag: the register follows the
+// claim (see above).
+func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(context.Context) error) (api.Role, error) {
+	c.mu.Lock()
+	c.claimTag = tag
+	c.mu.Unlock()
+	role, err := c.ClaimThen(ctx, ready)
+	c.mu.Lock()
+	c.claimTag = 0
+	c.mainTag = tag // the newest connection: a later promotion is for it
+	c.mu.Unlock()
+	return role, err
+}
+
+// Decide runs the cut for one event at connection tag (see Dir.decide);
+// call it between Enter and Exit. kind is the event's bit (1<<event kind).
+func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
+	d := c.cfg.Dir.decide(tag, key, kind)
+	// The first act of a connection: it was promoted now, or its
+	// predecessor handed over to it at this event.
+	first := d.Act && c.lastActing.Load() != uint32(tag)
+	if first {
+		c.lastActing.Store(uint32(tag))
+	}
+	if first || d.HandedOver {
+		c.cutMoved(tag, !d.HandedOver)
+	}
+	return d
+}
+
+// cutMoved logs a move of the register at this instance and wakes those
+// waiting on Changed (Ready changes with it).
+func (c *Coordinator) cutMoved(tag uint16, promoted bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if promoted {
+		c.log.WithFields(logrus.Fields{"conn": tag, "epoch": c.epoch}).Info("acting: seen in the runtime's chain")
+	} else {
+		c.log.WithFields(logrus.Fields{"conn": tag, "epoch": c.epoch}).Info("handed the events to the successor")
+	}
+	c.notifyLocked()
+}
+
+// Finish records that the handler of the event Decide let tag act on has
+// returned.
+func (c *Coordinator) Finish(tag uint16, key uint32) { c.cfg.Dir.finish(tag, key) }
+
+// Acting reports whether one of this instance's connections acts on the
+// next event: it owns the register.
+func (c *Coordinator) Acting() bool {
+	w, _, ok := c.cfg.Dir.readCut()
+	if !ok {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, mine := c.conns[w.owner]
+	return mine
+}
+
+// cutTag is the connection a register change made now is for; call with mu.
+func (c *Coordinator) cutTagLocked() uint16 {
+	if c.claimTag != 0 {
+		return c.claimTag
+	}
+	return c.mainTag
+}
+
+// takeCutLocked moves the register for this instance, which has just
+// become or stayed owner: as heir of a live owner (heir), or outright. It
+// returns the register as it was, for giveBackCut. Call with mu.
+func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
+	tag = c.cutTagLocked()
+	if tag == 0 {
+		return cutWord{}, 0
+	}
+	events := c.conns[tag]
+	// A claim made inside a Synchronize is for a connection the runtime
+	// has not appended yet: it becomes heir, whoever owns the register.
+	inSync := c.claimTag == tag
+	if inSync {
+		c.cfg.Dir.setHeirEvents(events)
+		c.heirOfNobody = 0
+		if !heir {
+			c.heirOfNobody = tag // nobody else acts: no need to wait long
+		}
+	}
+	_, _ = c.cfg.Dir.updateCut(func(w *cutWord) bool {
+		prev = *w
+		switch {
+		case w.owner == tag:
+			return false
+		case inSync:
+			w.heir, w.heirSeen = tag, false
+		default:
+			if w.acted && !w.done && w.owner != 0 {
+				c.log.WithFields(logrus.Fields{"event_key": w.key, "from_conn": w.owner}).
+					Warn("in doubt: the previous owner was inside a handler; its event is not acted on again")
+			}
+			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, false, false
+		}
+		return true
+	})
+	return prev, tag
+}
+
+// giveBackCut undoes takeCutLocked for a claim that did not settle as
+// owner: an heir stops being heir; a register taken outright goes back to
+// its previous owner.
+func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
+	if tag == 0 {
+		return
+	}
+	c.cfg.Dir.updateCut(func(w *cutWord) bool {
+		switch {
+		case w.heir == tag:
+			w.heir, w.heirSeen = 0, false
+		case w.owner == tag:
+			w.owner, w.heir, w.heirSeen = prev.owner, 0, false
+		default:
+			return false
+		}
+		return true
+	})
+}
+
+// PromoteWhenIdle waits, until ctx ends, for heir connection tag to own
+// the register, and makes it owner when the node is idle: no event for
+// quiet since the register last changed, and none in progress. With no
+// events the heir is never seen in the chain; after that long without
+// one, the runtime has long appended it (appending waits only for the
+// event in progress). It returns whether tag owns the register.
+func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet time.Duration) bool {
+	d := c.cfg.Dir
+	c.mu.Lock()
+	if c.heirOfNobody == tag {
+		// No live connection acted when this one claimed: promoting it
+		// early cannot make two act; the wait only keeps Ready honest.
+		quiet = min(quiet, nobodyQuiet)
+	}
+	c.mu.Unlock()
+	for {
+		w0, n0, ok := d.readCut()
+		if !ok || w0.heir != tag {
+			return ok && w0.owner == tag
+		}
+		t := time.NewTimer(quiet)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		_, n1, _ := d.readCut()
+		if n1 != n0 {
+			continue
+		}
+		if _, ok := d.updateCut(func(w *cutWord) bool {
+			if *w != w0 || (w.acted && !w.done) {
+				return false
+			}
+			// The next event is new to the new owner whatever its key.
+			w.owner, w.heir, w.key, w.ownerSeen, w.heirSeen = tag, 0, 0, false, false
+			return true
+		}); ok {
+			c.lastActing.Store(uint32(tag))
+			c.cutMoved(tag, true)
+			return true
+		}
+	}
+}
+
+// nobodyQuiet is PromoteWhenIdle's wait for an heir that took over from
+// nobody: long enough for the runtime to append it on an idle node.
+const nobodyQuiet = 100 * time.Millisecond
+
+// awaitCutReleased waits, until ctx ends, for no connection of this
+// instance to own the register: its successor has been seen in the chain
+// and acts from now on.
+func (c *Coordinator) awaitCutReleased(ctx context.Context) bool {
+	const poll = 2 * time.Millisecond
+	for !c.isCutReleased() {
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+func (c *Coordinator) isCutReleased() bool {
+	w, _, ok := c.cfg.Dir.readCut()
+	if !ok {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.heir != 0 {
+		if _, mine := c.conns[w.heir]; mine {
+			return false // handing over between connections of ours
+		}
+	}
+	_, mine := c.conns[w.owner]
+	return !mine
+}
+
+func (c *Coordinator) hasConns() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.conns) > 0
+}
+
+// ConnEvents records the events connection tag subscribes to, once the
+// runtime configured it.
+func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
+	if tag == 0 {
+		return
+	}
+	c.mu.Lock()
+	if _, ok := c.conns[tag]; ok {
+		c.conns[tag] = events
+	}
+	c.mu.Unlock()
+}
+
+// OwnsCut reports whether connection tag acts on the next event.
+func (c *Coordinator) OwnsCut(tag uint16) bool {
+	w, _, ok := c.cfg.Dir.readCut()
+	return ok && tag != 0 && w.owner == tag
+}
