@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -77,6 +78,42 @@ type adapter struct {
 	tag      uint16
 	lost     <-chan struct{}
 	retiring atomic.Pointer[conn]
+	// lateOlder collects, until this connection acts, the containers of
+	// older versions its predecessor creates meanwhile (for Reconcile).
+	lateOlder atomic.Pointer[lateOlder]
+}
+
+// lateOlder is a list of containers, guarded.
+type lateOlder struct {
+	mu   sync.Mutex
+	list []*StampedContainer
+}
+
+// awaitActing waits until this connection's Synchronize has returned and
+// it acts (owns the cut); false if it is lost or the plugin stops first.
+func (a *adapter) awaitActing() bool {
+	select {
+	case <-a.synced:
+	case <-a.lost:
+		return false
+	}
+	var stopped <-chan struct{} // nil (never) without a run
+	if a.p.runCtx != nil {
+		stopped = a.p.runCtx.Done()
+	}
+	for {
+		ch := a.p.coord.Changed()
+		if a.p.coord.OwnsCut(a.tag) {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-a.lost:
+			return false
+		case <-stopped:
+			return false
+		}
+	}
 }
 
 var (
@@ -244,8 +281,19 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		go a.promoteWhenIdle()
 	}
 	if reconcile {
+		a.lateOlder.Store(&lateOlder{})
 		go func() {
-			<-a.synced                                              // outside the request: Reconcile may update containers
+			// Outside the request (Reconcile may update containers), and
+			// once this connection acts: until then the previous owner
+			// acts, and the containers it creates meanwhile are
+			// reconciled too.
+			if !a.awaitActing() {
+				return
+			}
+			late := a.lateOlder.Swap(nil)
+			late.mu.Lock()
+			older = append(older, late.list...)
+			late.mu.Unlock()
 			if err := r.Reconcile(p.runCtx, p, older); err != nil { // ends when the plugin stops
 				p.log.WithError(err).Warn("reconcile failed")
 			}
@@ -347,7 +395,11 @@ func (a *adapter) promoteWhenIdle() {
 	case <-a.lost:
 		return
 	}
-	ctx, cancel := context.WithCancel(a.p.runCtx)
+	parent := a.p.runCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	go func() {
 		select {
@@ -356,7 +408,10 @@ func (a *adapter) promoteWhenIdle() {
 		case <-ctx.Done():
 		}
 	}()
-	quiet := a.stub.RequestTimeout()
+	var quiet time.Duration
+	if a.stub != nil {
+		quiet = a.stub.RequestTimeout()
+	}
 	if quiet <= 0 {
 		quiet = api.DefaultPluginRequestTimeout
 	}
@@ -382,6 +437,15 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	t := a.begin(evCreateContainer, c.GetId())
 	defer t.end()
 	if !t.act {
+		if late := a.lateOlder.Load(); late != nil {
+			// Created by the predecessor after this connection's
+			// Synchronize: its stamp is on the container already.
+			if st, err := p.verify(c); err == nil && st.Older(p.version) {
+				late.mu.Lock()
+				late.list = append(late.list, &StampedContainer{Container: c, Stamp: st})
+				late.mu.Unlock()
+			}
+		}
 		return nil, nil, nil
 	}
 	if st, err := p.verify(c); err == nil {

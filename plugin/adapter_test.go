@@ -29,6 +29,11 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil); err != nil || role != RoleOwner {
 		t.Fatalf("claim: %v %v", role, err)
 	}
+	// The runtime calls the connection for an event: it is in the chain
+	// and acts from now on.
+	if !p.coord.Decide(a.tag, 1, 1).Act {
+		t.Fatal("the only instance's connection does not act on its first event")
+	}
 	a.Shutdown(context.Background())
 	if author.calls != 1 {
 		t.Fatalf("Shutdown reached the owner's author %d times, want 1", author.calls)
