@@ -442,16 +442,13 @@ func (p *Plugin) Role() Role { return p.coord.Status().Role }
 // rollout waits for the handover.
 func (p *Plugin) Ready() (bool, string) {
 	ready, why := p.coord.Ready()
-	if !ready {
-		return false, why
-	}
 	p.stubMu.Lock()
 	connected := p.stub != nil && p.configured
 	p.stubMu.Unlock()
-	if !connected {
+	if !connected && (ready || p.Role() == RoleOwner) {
 		return false, "owner, but not connected to the runtime (reconnecting)"
 	}
-	return true, why
+	return ready, why
 }
 
 // Status is this instance's handover state: a copy, which the caller may
