@@ -72,6 +72,10 @@ type Config struct {
 	// OnOutcome, if set, is told the outcome of every claim, yield request
 	// and promotion, with how long it took (e.g. for metrics). Must not block.
 	OnOutcome func(o Outcome, took time.Duration)
+	// OnInDoubt, if set, is called when this instance takes over from an
+	// owner that died inside a handler: that event is in doubt (see
+	// docs/design.md). Must not block.
+	OnInDoubt func()
 	// Failpoint, if set, is called at each step of the protocol (see Step).
 	// Fault tests use it to stop or kill an instance at an exact step; it is
 	// nil in production.
@@ -161,8 +165,10 @@ type Coordinator struct {
 	claimCut          cutWord // the register before the claim in progress moved it
 	claimCutTag       uint16  // the connection it moved it for (0: not moved)
 	heirOfNobody      uint16  // an heir that claimed with no live owner
+	heirFrom          string  // the instance an heir's claim was granted by ("": none, or this one)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
+	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last
@@ -674,7 +680,11 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			err := c.ensurePublished(ctx)
 			c.mu.Lock()
 			if c.role == api.Role_ROLE_OWNER {
-				// The new connection is heir of the old one.
+				// The new connection is heir of the old one (if the
+				// register is still with a predecessor's, of that one).
+				if w, _, _ := c.cfg.Dir.readCut(); c.conns[w.owner] != 0 || w.owner == 0 {
+					c.heirFrom = ""
+				}
 				c.recordCutLocked(c.takeCutLocked(true))
 			}
 			c.mu.Unlock()
@@ -858,6 +868,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		}
 	}
 	c.setLocked(api.Role_ROLE_OWNER, reason)
+	c.heirFrom = from.GetId()
 	c.recordCutLocked(c.takeCutLocked(from != nil))
 	c.mu.Unlock()
 	c.releaseEvents()

@@ -45,6 +45,7 @@ type cutWord struct {
 	heirSeen    bool   // the heir was called for it
 	acted       bool   // the acting connection took it
 	done        bool   // and its handler returned
+	inDoubt     bool   // the connection that acted died inside its handler
 }
 
 func decodeCut(w uint64) cutWord {
@@ -56,12 +57,13 @@ func decodeCut(w uint64) cutWord {
 		heirSeen:  w&(1<<57) != 0,
 		acted:     w&(1<<58) != 0,
 		done:      w&(1<<59) != 0,
+		inDoubt:   w&(1<<60) != 0,
 	}
 }
 
 func (c cutWord) encode() uint64 {
 	w := uint64(c.owner) | uint64(c.heir)<<16 | uint64(c.key&keyMask)<<32
-	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done} {
+	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt} {
 		if b {
 			w |= 1 << (56 + i)
 		}
@@ -94,6 +96,9 @@ type Decision struct {
 	Act        bool // hand the event to the author
 	Promoted   bool // this connection became owner at this event
 	HandedOver bool // this connection handed over to its heir at this event
+	// InDoubt: the connection that acted on this event died inside its
+	// handler (this one took over from it meanwhile); Act is false.
+	InDoubt bool
 }
 
 // decide runs the cut for one event at connection tag: key is its
@@ -136,6 +141,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64) Decision {
 			} else {
 				w.heirSeen = true
 			}
+			dec.InDoubt = w.inDoubt && isOwner
 			if !w.acted {
 				if isHeir {
 					w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false

@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -138,18 +139,27 @@ func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
 			c.heirOfNobody = tag // nobody else acts: no need to wait long
 		}
 	}
+	var inDoubt bool
+	defer func() {
+		if inDoubt {
+			c.log.WithFields(logrus.Fields{"event_key": prev.key, "from_conn": prev.owner}).
+				Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
+			c.inDoubt.Add(1)
+			if c.cfg.OnInDoubt != nil {
+				c.cfg.OnInDoubt()
+			}
+		}
+	}()
 	_, _ = c.cfg.Dir.updateCut(func(w *cutWord) bool {
-		prev = *w
+		prev, inDoubt = *w, false
 		switch {
 		case w.owner == tag:
 			return false
 		case inSync:
 			w.heir, w.heirSeen = tag, false
 		default:
-			if w.acted && !w.done && w.owner != 0 {
-				c.log.WithFields(logrus.Fields{"event_key": w.key, "from_conn": w.owner}).
-					Warn("in doubt: the previous owner was inside a handler; its event is not acted on again")
-			}
+			inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
+			w.inDoubt = w.inDoubt || inDoubt
 			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, false, false
 		}
 		return true
@@ -191,18 +201,41 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		// early cannot make two act; the wait only keeps Ready honest.
 		quiet = min(quiet, nobodyQuiet)
 	}
+	from := c.heirFrom
 	c.mu.Unlock()
+	tick := min(quiet, predecessorPoll)
 	for {
 		w0, n0, ok := d.readCut()
 		if !ok || w0.heir != tag {
 			return ok && w0.owner == tag
 		}
-		t := time.NewTimer(quiet)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
+		idleAt := time.Now().Add(quiet)
+		gone := false
+		for !gone && time.Now().Before(idleAt) {
+			t := time.NewTimer(tick)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
+			}
+			if w, _, _ := d.readCut(); w.heir != tag {
+				return w.owner == tag
+			}
+			gone = c.predecessorGone(ctx, w0.owner, from)
+		}
+		if gone {
+			// Nobody else can act: take the register as a promotion does.
+			c.mu.Lock()
+			claimTag := c.claimTag
+			c.claimTag = 0 // not in a Synchronize: outright
+			c.mainTag = tag
+			c.takeCutLocked(false)
+			c.claimTag = claimTag
+			c.mu.Unlock()
+			c.lastActing.Store(uint32(tag))
+			c.cutMoved(tag, true)
+			return c.OwnsCut(tag)
 		}
 		_, n1, _ := d.readCut()
 		if n1 != n0 {
@@ -222,6 +255,31 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		}
 	}
 }
+
+// predecessorGone reports whether the connection owning the register can
+// no longer act: it is 0, or one of this instance's that closed, or the
+// instance from (that granted the claim) no longer answers.
+func (c *Coordinator) predecessorGone(ctx context.Context, owner uint16, from string) bool {
+	if owner == 0 {
+		return true
+	}
+	if from == "" {
+		c.mu.Lock()
+		_, alive := c.conns[owner]
+		c.mu.Unlock()
+		return !alive
+	}
+	cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(from))
+	if err != nil {
+		return errors.Is(err, ErrNoInstance)
+	}
+	cl.Close()
+	return false
+}
+
+// predecessorPoll is how often an heir checks that the owner it waits for
+// is still alive.
+const predecessorPoll = 50 * time.Millisecond
 
 // nobodyQuiet is PromoteWhenIdle's wait for an heir that took over from
 // nobody: long enough for the runtime to append it on an idle node.
@@ -283,4 +341,16 @@ func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
 func (c *Coordinator) OwnsCut(tag uint16) bool {
 	w, _, ok := c.cfg.Dir.readCut()
 	return ok && tag != 0 && w.owner == tag
+}
+
+// InDoubt is the number of events a dead owner was inside of when this
+// instance took over (each is logged).
+func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
+
+// ActedBefore reports whether any instance of the plugin has been called
+// for an event on this node since the handover directory was created (it
+// lives on a tmpfs: until the node reboots).
+func (c *Coordinator) ActedBefore() bool {
+	_, n, ok := c.cfg.Dir.readCut()
+	return ok && n > 0
 }

@@ -248,6 +248,11 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if !hasSync {
 			return nil
 		}
+		if p.coord.ActedBefore() {
+			// An instance of this plugin acted on this node before: these
+			// were created while none did (a catch-up).
+			p.caughtUp.Add(uint64(len(fresh)))
+		}
 		u, err := syncer.Synchronize(ctx, pods, fresh)
 		if err != nil {
 			return fmt.Errorf("author Synchronize: %w", err)
@@ -354,8 +359,12 @@ func (a *adapter) begin(event eventKind, id string) turn {
 	t := turn{a: a}
 	if !a.closed.Load() && a.tag != 0 {
 		t.key = handover.EventKey(uint32(event), id)
-		t.act = p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event])).Act
+		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
+		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		a.closeRetiring()
+		if dec.InDoubt {
+			p.inDoubt(event, id, t.act)
+		}
 	}
 	if t.act {
 		p.acted.Add(1)
@@ -364,6 +373,21 @@ func (a *adapter) begin(event eventKind, id string) turn {
 		p.skip(event, id, role)
 	}
 	return t
+}
+
+// inDoubt tells the author of an event in doubt (see InDoubtInterface).
+func (p *Plugin) inDoubt(event eventKind, id string, acting bool) {
+	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "acting": acting}).
+		Warn("event in doubt: the previous owner died inside its handler")
+	if h, ok := p.author.(InDoubtInterface); ok {
+		rt := p.RequestTimeout()
+		if rt <= 0 {
+			rt = api.DefaultPluginRequestTimeout
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), rt/4)
+		defer cancel()
+		h.InDoubt(ctx, event.String(), id, acting)
+	}
 }
 
 // end records that the event's handler returned and leaves the event

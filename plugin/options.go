@@ -55,6 +55,7 @@ type config struct {
 	// stopSignals, if stopSignalsSet, replace the default (see Run).
 	stopSignals    []os.Signal
 	stopSignalsSet bool
+	atLeastOnce    bool
 }
 
 // WithVersion sets the plugin's own version (required, here, by
@@ -136,6 +137,16 @@ func WithLeaveTimeout(d time.Duration) Option {
 		c.leaveTimeout = d
 		return nil
 	}
+}
+
+// WithAtLeastOnce makes an event in doubt be acted on again: when an owner
+// dies inside a handler, the instance that takes over cannot know whether
+// that event took effect; by default it does not act on it (at most once),
+// with this option it does (at least once). Either way the event is logged,
+// counted (Stats.InDoubt, nri_handover_in_doubt_total) and passed to the
+// author's InDoubt, if it has one.
+func WithAtLeastOnce() Option {
+	return func(c *config) error { c.atLeastOnce = true; return nil }
 }
 
 // WithLogger sets the logrus entry the harness logs to. Default: logrus's

@@ -83,6 +83,17 @@ type ReconcileInterface interface {
 	Reconcile(ctx context.Context, p *Plugin, olderStamped []*StampedContainer) error
 }
 
+// InDoubtInterface is implemented by plugins that want to hear of an event
+// whose handling is in doubt: the owner died inside its handler, so it may
+// or may not have taken effect. The instance that took over calls InDoubt
+// when the runtime hands it that event, with acting true if it then acts
+// on it (WithAtLeastOnce) and false if not (the default). event is the NRI
+// event's name (e.g. "StopContainer"), id the pod's or container's id. It
+// runs inside the runtime's request: keep it short.
+type InDoubtInterface interface {
+	InDoubt(ctx context.Context, event, id string, acting bool)
+}
+
 // Role is the part an instance plays; only RoleOwner acts on events.
 type Role = hapi.Role
 
@@ -102,6 +113,13 @@ type Stats struct {
 	BadStamps      uint64 // forged or malformed stamps seen (treated as absent)
 	Stamped        uint64 // containers this instance stamped
 	Disconnects    uint64 // runtime connections lost without being asked to stop
+	// InDoubt counts events a dead owner was inside of when this instance
+	// took over (see WithAtLeastOnce).
+	InDoubt uint64
+	// CaughtUp counts containers no instance had processed (created while
+	// nobody acted) that this instance handed to the author's Synchronize
+	// after taking over from an owner that died or hung.
+	CaughtUp uint64
 }
 
 // Plugin is one instance of an NRI plugin run by the harness.
@@ -133,7 +151,7 @@ type Plugin struct {
 	runtime    runtimeInfo
 	configured bool
 
-	acted, skipped, skippedStamped, badStamps, stamped, disconnects atomic.Uint64
+	acted, skipped, skippedStamped, badStamps, stamped, disconnects, caughtUp atomic.Uint64
 
 	closeOnce sync.Once
 
@@ -263,6 +281,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 			pl.requestCatchUp()
 		},
 		OnOutcome: pl.obs.Outcome,
+		OnInDoubt: pl.obs.InDoubt,
 	})
 	if err != nil {
 		return nil, err
@@ -465,6 +484,7 @@ func (p *Plugin) Stats() Stats {
 	return Stats{
 		Acted: p.acted.Load(), Skipped: p.skipped.Load(), SkippedStamped: p.skippedStamped.Load(),
 		BadStamps: p.badStamps.Load(), Stamped: p.stamped.Load(), Disconnects: p.disconnects.Load(),
+		InDoubt: p.coord.InDoubt(), CaughtUp: p.caughtUp.Load(),
 	}
 }
 

@@ -64,6 +64,8 @@ type Observer interface {
 	Event(Event, Result)
 	Outcome(o handover.Outcome, took time.Duration)
 	BadStamp()
+	// InDoubt counts an event a dead owner was inside of.
+	InDoubt()
 	// Serve serves the observer's endpoint on addr until ctx ends or stop
 	// is called.
 	Serve(ctx context.Context, addr string) (stop func(), err error)
@@ -80,6 +82,9 @@ func (Nop) Outcome(handover.Outcome, time.Duration) {}
 
 // BadStamp does nothing.
 func (Nop) BadStamp() {}
+
+// InDoubt does nothing.
+func (Nop) InDoubt() {}
 
 // Serve refuses: nothing to serve.
 func (Nop) Serve(context.Context, string) (func(), error) { return nil, ErrNoMetrics }

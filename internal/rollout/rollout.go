@@ -393,9 +393,10 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 }
 
 // harnessCounts returns what an instance reports of events in doubt and of
-// catch-ups. Today's harness (plugin.Stats) reports neither: they are 0
-// until the protocol counts them (issue 10); read them here then.
-func harnessCounts(plugin.Stats) (inDoubt, caughtUp int) { return 0, 0 }
+// containers it caught up on.
+func harnessCounts(st plugin.Stats) (inDoubt, caughtUp int) {
+	return int(st.InDoubt), int(st.CaughtUp)
+}
 
 // fault kills or freezes the owner and waits until the plugin has an owner
 // again; it returns the owner then.

@@ -48,6 +48,7 @@ type metrics struct {
 	handovers *prometheus.CounterVec
 	switches  prometheus.Histogram
 	badStamps prometheus.Counter
+	inDoubt   prometheus.Counter
 	// events[event][result], resolved once so the hot path does no label lookup.
 	events [observe.NumEvents][observe.NumResults]prometheus.Counter
 	plugin *plugin.Plugin // whose Handler Serve serves
@@ -69,6 +70,10 @@ func newMetrics(info observe.Info) *metrics {
 		badStamps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nri_handover_invalid_stamps_total", ConstLabels: constLabels,
 			Help: "Stamps that did not verify (forged, malformed, other key); treated as absent.",
+		}),
+		inDoubt: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nri_handover_in_doubt_total", ConstLabels: constLabels,
+			Help: "Events a dead owner was inside of when this instance took over: acted on at most once (or at least once with WithAtLeastOnce).",
 		}),
 	}
 	m.plugin, _ = info.Plugin.(*plugin.Plugin)
@@ -105,7 +110,7 @@ func newMetrics(info observe.Info) *metrics {
 			Name: "nri_handover_epoch", ConstLabels: constLabels,
 			Help: "Ownership epoch this instance last took part in.",
 		}, func() float64 { return float64(info.Epoch()) }),
-		infoGauge, m.handovers, m.switches, m.badStamps, events,
+		infoGauge, m.handovers, m.switches, m.badStamps, m.inDoubt, events,
 	)
 	return m
 }
@@ -125,6 +130,9 @@ func (m *metrics) Event(e observe.Event, r observe.Result) { m.events[e][r].Inc(
 
 // BadStamp counts a stamp that did not verify.
 func (m *metrics) BadStamp() { m.badStamps.Inc() }
+
+// InDoubt counts an event in doubt.
+func (m *metrics) InDoubt() { m.inDoubt.Inc() }
 
 // Handler serves p's /metrics (Prometheus text format), /healthz (200
 // while the instance runs) and /readyz (200 only while p owns the plugin
