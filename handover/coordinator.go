@@ -166,6 +166,7 @@ type Coordinator struct {
 	claimCutTag       uint16  // the connection it moved it for (0: not moved)
 	heirOfNobody      uint16  // an heir that claimed with no live owner
 	heirFrom          string  // the instance an heir's claim was granted by ("": none, or this one)
+	claimHeirEvents   uint64  // the heir mask the claim in progress replaced
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over

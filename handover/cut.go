@@ -46,6 +46,10 @@ type cutWord struct {
 	acted       bool   // the acting connection took it
 	done        bool   // and its handler returned
 	inDoubt     bool   // the connection that acted died inside its handler
+	// quiet is the idle rule's mark: set by a claim and by the idle heir,
+	// cleared by every write of an event call (decide, finish), so a swap
+	// from a word with it set proves no event call came in between.
+	quiet bool
 }
 
 func decodeCut(w uint64) cutWord {
@@ -58,12 +62,13 @@ func decodeCut(w uint64) cutWord {
 		acted:     w&(1<<58) != 0,
 		done:      w&(1<<59) != 0,
 		inDoubt:   w&(1<<60) != 0,
+		quiet:     w&(1<<61) != 0,
 	}
 }
 
 func (c cutWord) encode() uint64 {
 	w := uint64(c.owner) | uint64(c.heir)<<16 | uint64(c.key&keyMask)<<32
-	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt} {
+	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt, c.quiet} {
 		if b {
 			w |= 1 << (56 + i)
 		}
@@ -167,10 +172,8 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64) Decision {
 			}
 			w = n
 		}
+		w.quiet = false
 		if newEvent {
-			// Counted before the register changes: an idle heir
-			// (PromoteWhenIdle) that sees the count unchanged has not
-			// missed an event starting.
 			atomic.AddUint64(d.word(eventsOffset), 1)
 		}
 		if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
@@ -193,7 +196,7 @@ func (d *Dir) finish(tag uint16, key uint32) {
 		if w.owner != tag || w.key != key || !w.acted || w.done {
 			return
 		}
-		w.done = true
+		w.done, w.quiet = true, false
 		if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
 			return
 		}
@@ -253,4 +256,14 @@ func (d *Dir) setHeirEvents(mask uint64) {
 	if d.gen != nil {
 		atomic.StoreUint64(d.word(heirMaskCut), mask)
 	}
+}
+
+// heirEvents returns the events the heir connection subscribes to.
+func (d *Dir) heirEvents() uint64 {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil {
+		return 0
+	}
+	return atomic.LoadUint64(d.word(heirMaskCut))
 }

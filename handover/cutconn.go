@@ -133,6 +133,7 @@ func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
 	// has not appended yet: it becomes heir, whoever owns the register.
 	inSync := c.claimTag == tag
 	if inSync {
+		c.claimHeirEvents = c.cfg.Dir.heirEvents()
 		c.cfg.Dir.setHeirEvents(events)
 		c.heirOfNobody = 0
 		if !heir {
@@ -156,7 +157,9 @@ func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
 		case w.owner == tag:
 			return false
 		case inSync:
-			w.heir, w.heirSeen = tag, false
+			// The heirSeen of the heir this one replaces is not ours
+			// (model finding C2); quiet arms the idle rule.
+			w.heir, w.heirSeen, w.quiet = tag, false, true
 		default:
 			inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
 			w.inDoubt = w.inDoubt || inDoubt
@@ -174,10 +177,19 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 	if tag == 0 {
 		return
 	}
+	c.mu.Lock()
+	mask := c.claimHeirEvents
+	c.mu.Unlock()
 	c.cfg.Dir.updateCut(func(w *cutWord) bool {
 		switch {
 		case w.heir == tag:
-			w.heir, w.heirSeen = 0, false
+			// The heir this claim replaced is heir again (model finding
+			// C3), unseen, and its idle rule disarmed.
+			w.heir, w.heirSeen, w.quiet = 0, false, false
+			if prev.heir != tag && prev.heir != 0 {
+				w.heir = prev.heir
+				c.cfg.Dir.setHeirEvents(mask)
+			}
 		case w.owner == tag:
 			w.owner, w.heir, w.heirSeen = prev.owner, 0, false
 		default:
@@ -205,7 +217,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 	c.mu.Unlock()
 	tick := min(quiet, predecessorPoll)
 	for {
-		w0, n0, ok := d.readCut()
+		w0, _, ok := d.readCut()
 		if !ok || w0.heir != tag {
 			return ok && w0.owner == tag
 		}
@@ -237,18 +249,24 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			c.cutMoved(tag, true)
 			return c.OwnsCut(tag)
 		}
-		_, n1, _ := d.readCut()
-		if n1 != n0 {
-			continue
-		}
-		if _, ok := d.updateCut(func(w *cutWord) bool {
-			if *w != w0 || (w.acted && !w.done) {
+		// Idle: promote by a swap from a word with the quiet mark set (no
+		// event call since it was set); if an event cleared it, set it
+		// again and wait another interval (model finding C1: a separate
+		// counter cannot be checked in the same swap).
+		promoted := false
+		d.updateCut(func(w *cutWord) bool {
+			switch {
+			case w.heir != tag || (w.acted && !w.done):
 				return false
+			case !w.quiet:
+				w.quiet = true // re-arm
+			default:
+				w.owner, w.heir, w.ownerSeen, w.heirSeen, w.quiet = tag, 0, true, false, false
+				promoted = true
 			}
-			// The next event is new to the new owner whatever its key.
-			w.owner, w.heir, w.key, w.ownerSeen, w.heirSeen = tag, 0, 0, false, false
 			return true
-		}); ok {
+		})
+		if promoted {
 			c.lastActing.Store(uint32(tag))
 			c.cutMoved(tag, true)
 			return true
