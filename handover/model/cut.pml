@@ -21,33 +21,49 @@
  *     restarted new pod, ...) that claims at any time and whose Synchronize
  *     fails (N2FAIL=1, default) or may fail or succeed (N2FAIL=2);
  *   - the idle rule: the heir promotes itself after the quiet interval Q if
- *     the events counter has not changed since its claim, the recorded event
- *     is done (or not acted), and its connection is up. Timing: by default
- *     Q expires only after the runtime appended the heir (assumption T: the
- *     append follows Synchronize by less than Q); IDLE_EARLY drops it;
- *   - CLOSE: a connection that is neither owner nor heir may close at any
- *     moment no request to it is in flight (skipped thereafter);
- *     LEAVE_TIMEOUT: connection 0 (the old instance, stopping once a newcomer
- *     is in the chain) may also close while still owner, when its leave
- *     timeout expires (assumption T as for Q: only after an append).
+ *     nothing was written by an event since (as designed: the events
+ *     counter has not changed since its claim; FIX_QUIET_BIT: the quiet bit
+ *     is still set), the recorded event is done (or not acted), and its
+ *     connection is up. NO_IDLE leaves it out. Timing assumptions (the only
+ *     place time matters; each flag drops one, see docs/model.md):
+ *       T1  Q expires only after the runtime appended the heir (the append
+ *           follows Synchronize by less than Q): IDLE_EARLY drops it;
+ *       T2  Q never passes between two calls of one event (the calls of one
+ *           event to the connections of one plugin take less than Q): the
+ *           idle rule's first read is not in the middle of an event's
+ *           calls: NO_T2 drops it;
+ *   - CLOSE: connection 0 closes at any moment it is neither owner nor heir
+ *     and no request to it is in flight (skipped thereafter);
+ *     LEAVE_TIMEOUT: connection 0 (the old instance, stopping once a
+ *     newcomer is in the chain) may also close while still owner, when its
+ *     leave timeout expires.
  *
  * The register word (owner 16 | heir 16 | key 24 | ownerSeen | heirSeen |
- * acted | done) is changed only by CAS: every CAS is one atomic step that
- * reads the word and writes the new value (a failed CAS and its retry is a
- * later atomic step). Steps that read something beside the word (the events
- * counter) are separate steps. Tags: connection c has tag c+1 (0 = none).
+ * acted | done [| quiet]) is changed only by CAS: every CAS is one atomic
+ * step that reads the word and writes the new value (a failed CAS and its
+ * retry is a later atomic step). Steps that read something beside the word
+ * (the events counter) are separate steps. Tags: connection c has tag c+1
+ * (0 = none).
  *
  * Checked (assertions, in every interleaving): every event is acted on by
  * exactly one connection: at most one (when a connection acts) and at least
- * one (when the event ends).
+ * one (when the event ends). CHECK_HEIR: at the end, if newcomer 1
+ * succeeded and newcomer 2 failed, newcomer 1 is owner or heir.
  *
- * Fix flags (the fixes proposed in docs/model.md, "The per-event cut"):
+ * Fix flags (the fixes proposed in docs/model.md, "The per-event cut"; the
+ * must-hold runs use the first three):
+ *   FIX_QUIET_BIT          the idle rule's events counter replaced by a
+ *                          quiet bit in the word: set by the claim (and by
+ *                          the idle rule's re-arm), cleared by every write
+ *                          of an event call; the idle CAS needs it set
  *   FIX_CLAIM_CLEARS_SEEN  the claim clears heirSeen with heir (a seen bit
  *                          of a previous heir must not vouch for the new one)
  *   FIX_FAIL_RESTORES      a claim remembers the heir it replaces; a failed
- *                          newcomer restores it (instead of clearing heir)
+ *                          newcomer restores it (instead of clearing heir),
+ *                          heirSeen and the quiet bit clear
  *   FIX_IDLE_REARM         the idle rule measures the quiet interval from
  *                          the counter's last change, not from the claim
+ *                          (not enough: still the ABA of cut-x1)
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
  *                          (default: the word, then the counter, then CAS)
