@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Model-checks the handover protocol (handover/model/handover.pml) with spin.
+# Model-checks the handover protocol (handover/model/handover.pml) and the
+# per-event cut (handover/model/cut.pml, runs named cut-*) with spin.
 # See docs/model.md.
 #
 #   check.sh            the correct model, exhaustively, in every configuration
 #                       below (must report no violation), and the deliberately
 #                       broken variants (each must report one); ends with
 #                       "model: N passed, M failed" and fails if M > 0.
+#   check.sh cut        only the runs of the per-event cut (cut.pml)
 #   check.sh findings   the findings of docs/model.md: each run of one that
 #                       is still there must report a violation of the
 #                       expected assertion, each run of a fixed one must
@@ -16,7 +18,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-model=$here/handover.pml
+# model_of NAME: the model a run checks (cut-* runs: cut.pml)
+model_of() { if [[ $1 == cut-* ]]; then echo "$here/cut.pml"; else echo "$here/handover.pml"; fi; }
 mode=${1:-check}
 
 # ---- tools ----------------------------------------------------------------
@@ -41,13 +44,17 @@ trap 'rm -rf "$work"' EXIT
 # verify NAME "SPIN -D FLAGS" "EXTRA GCC FLAGS" HASHBITS
 # Builds the verifier in $work/NAME and runs it; leaves pan.out there.
 verify() {
-	local name=$1 defs=$2 cflags=$3 w=$4 dir=$work/$1
+	local name=$1 defs=$2 cflags=$3 w=$4 dir=$work/$1 src pml
+	src=$(model_of "$name")
+	pml=$(basename "$src")
 	mkdir -p "$dir"
-	cp "$model" "$dir/handover.pml"
+	cp "$src" "$dir/$pml"
+	echo "$pml" >"$dir/model"
+	echo "$defs" >"$dir/defs"
 	(
 		cd "$dir"
 		# shellcheck disable=SC2086
-		spin $defs -a handover.pml >spin.out 2>&1 || { cat spin.out; exit 1; }
+		spin $defs -a "$pml" >spin.out 2>&1 || { cat spin.out; exit 1; }
 		# -DSAFETY: safety properties only (assertions); VECTORSZ: the state
 		# vector is about 330-460 bytes.
 		# shellcheck disable=SC2086
@@ -73,6 +80,14 @@ errors_of() { field "$1" 's/.*errors: \([0-9]*\).*/\1/p'; }
 complete() { [[ -f $work/$1/pan.out ]] && ! grep -qE "max search depth too small|out of memory" "$work/$1/pan.out"; }
 violation() { field "$1" 's/^pan:1: \(.*\) (at depth [0-9]*)$/\1/p'; }
 
+# replay NAME: the counterexample of a run, step by step (same -D flags).
+replay() {
+	local d=$work/$1
+	[[ -f $d/model ]] || return 0
+	# shellcheck disable=SC2046
+	(cd "$d" && spin $(cat defs) -t -p -g -l "$(cat model)" 2>&1)
+}
+
 passed=0
 failed=0
 
@@ -87,7 +102,7 @@ expect_clean() {
 	echo "  FAIL $name ($what): $(summary "$name")"
 	echo "       $(violation "$name")"
 	sed -n '/^pan:/p' "$work/$name/pan.out" | head -5 | sed 's/^/       /'
-	(cd "$work/$name" && spin -t -p -g handover.pml 2>/dev/null | tail -40 | sed 's/^/       /') || true
+	replay "$name" | tail -40 | sed 's/^/       /' || true
 	return 1
 }
 
@@ -101,7 +116,7 @@ expect_violation() {
 		echo "       caught: $(violation "$name")"
 		if [[ -n ${MODEL_TRAILS:-} ]]; then
 			mkdir -p "$MODEL_TRAILS"
-			(cd "$work/$name" && spin -t -p -g -l handover.pml >"$MODEL_TRAILS/$name.trail.txt" 2>&1) || true
+			replay "$name" >"$MODEL_TRAILS/$name.trail.txt" 2>&1 || true
 			echo "       counterexample: $MODEL_TRAILS/$name.trail.txt"
 		fi
 		return 0
@@ -179,11 +194,11 @@ correct=(
 	"c4-fault-on-0|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=1 $all|-DCOLLAPSE|24|3 instances, 1 event, a crash or stop of the old owner"
 	"c4-crash-of-2|-DNI=3 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULTMASK=4 -DNO_STOP $all|-DCOLLAPSE|24|3 instances, 1 event, a crash of the 2nd newcomer"
 	"o1-overrun-fault|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=2 -DMAXOVERRUN=1 -DMAXNOTREADY=0 $all|-DCOLLAPSE|24|2 instances, 1 event, a claim overrun and a crash or stop"
-	"d1-drop|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULT_DROP -DNO_CRASH -DNO_STOP $all|-DCOLLAPSE|24|2 instances, 1 event, a stall past the runtime's timeout (drop)"
 	"c2-three-no-fault|-DNI=3 -DNEV=3 -DMAXFAULT=0 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|3 instances, 3 events, no fault"
 	"o2-overrun|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, a claim overrun"
 	"c1-two-two-faults|-DNI=2 -DNEV=4 -DMAXFAULT=2 -DMAXSYNC=5 -DMAXOVERRUN=0 -DMAXNOTREADY=0 $all|-DCOLLAPSE|24|2 instances, 4 events, 2 faults"
 	"n1-not-ready|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DCHECK_RECOVERY $all|-DCOLLAPSE|24|2 instances, 2 events, the newcomer's ready (author's Synchronize) fails: given back, taken back inside its Synchronize"
+	"d1-drop|-DNI=2 -DNEV=1 -DMAXFAULT=1 -DMAXSYNC=2 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DFAULT_DROP -DNO_CRASH -DNO_STOP $all|-DCOLLAPSE|24|2 instances, 1 event, a stall past the runtime's timeout (drop); MAXSYNC=2: no resync or reconnection after it"
 	"f6a-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTOP_DURING_CLAIM -DNO_I3 $all||24|2 instances, a stop racing with the own claim: nothing acts after Leave"
 )
 broken=(
@@ -191,8 +206,35 @@ broken=(
 	"b2-no-name-check|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DBROKEN_NO_FENCING||22|Enter without the owner-name check"
 )
 
-run_all "${correct[@]}" "${broken[@]}"
+# The per-event cut (cut.pml; docs/model.md "The per-event cut"). The
+# cut-* "must hold" runs check the algorithm with the three fixes the model
+# needs (FIX_*); the cut-x* runs are its findings: each must still report the
+# violation of the assertion containing the given text.
+fx="-DFIX_QUIET_BIT -DFIX_CLAIM_CLEARS_SEEN -DFIX_FAIL_RESTORES"
+cut_correct=(
+	"cut-two-newcomers|-DNEV=3 $fx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DCHECK_HEIR||22|3 events, newcomer 1 and 2 each succeed or fail, in any order, idle rule, retired owner closes"
+	"cut-second-fails|-DNEV=4 $fx -DN2 -DFAIL1 -DCLOSE -DCHECK_HEIR||20|4 events, a 2nd newcomer that fails, at any time: no miss, newcomer 1 stays heir or owner"
+	"cut-no-idle|-DNEV=4 $fx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DNO_IDLE||20|4 events, two newcomers, the event path alone (no idle rule)"
+	"cut-gap-6|-DNEV=6 $fx -DFAIL1 -DCLOSE||20|6 events (2 keys), one newcomer (succeeds or fails), events in the gap, idle rule"
+	"cut-keys3|-DNEV=4 -DNKEY=3 $fx -DFAIL1 -DCLOSE||20|4 events over 3 keys, one newcomer"
+)
+# name|spin -D flags|gcc flags|hash bits|assertion|description
+cut_broken=(
+	"cut-x1-as-designed|-DNEV=3 -DCLOSE||20|acts[e]<=1|cut.md as written: the idle rule reads the events counter, then CASes the word; a same-key event in between leaves the word as it was (ABA): duplicate"
+	"cut-x2-claim-keeps-seen|-DNEV=3 -DFIX_QUIET_BIT -DFIX_FAIL_RESTORES -DN2 -DNO_IDLE -DCLOSE||20|acts[e]==1|a claim that keeps heirSeen: the old heir's seen bit vouches for a newcomer not in the chain (it fails): miss"
+	"cut-x3-fail-clears-heir|-DNEV=2 -DFIX_QUIET_BIT -DFIX_CLAIM_CLEARS_SEEN -DN2 -DCHECK_HEIR||20|Wheir==|a failed 2nd newcomer clears heir: the 1st, in the chain, is neither heir nor owner for good"
+	"cut-x4-idle-early|-DNEV=2 $fx -DIDLE_EARLY -DCLOSE||20|acts[e]==1|the idle rule's Q expires before the append (timing T1 broken): miss"
+	"cut-x5-leave-timeout|-DNEV=3 $fx -DLEAVE_TIMEOUT||20|acts[e]==1|the old owner closes on its leave timeout while still owner: the next same-key event: miss"
+	"cut-x6-idle-seen0|-DNEV=3 $fx -DIDLE_OS0||20|acts[e]==1|an idle promotion that leaves ownerSeen 0: the next same-key event: miss"
+	"cut-x7-no-t2|-DNEV=3 $fx -DNO_T2||20|acts[e]<=1|Q may pass between two calls of one event (timing T2 broken): duplicate"
+)
 
+# check.sh cut: the per-event cut's runs only
+if [[ $mode == cut ]]; then correct=() broken=(); fi
+
+run_all "${correct[@]}" "${cut_correct[@]}" "${broken[@]}" "${cut_broken[@]}"
+
+if ((${#correct[@]})); then
 echo "model: correct model (exhaustive; must hold)"
 ok=1
 for r in "${correct[@]}"; do
@@ -206,6 +248,23 @@ ok=1
 for r in "${broken[@]}"; do
 	IFS='|' read -r name _ _ _ what <<<"$r"
 	expect_violation "$name" "$what" || ok=0
+done
+if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+fi
+
+echo "model: the per-event cut (cut.pml, with its fixes; exhaustive; must hold)"
+ok=1
+for r in "${cut_correct[@]}"; do
+	IFS='|' read -r name _ _ _ what <<<"$r"
+	expect_clean "$name" "$what" || ok=0
+done
+if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+echo "model: the per-event cut's findings (must be caught)"
+ok=1
+for r in "${cut_broken[@]}"; do
+	IFS='|' read -r name _ _ _ pattern what <<<"$r"
+	expect_violation "$name" "$what" "$pattern" || ok=0
 done
 if ((ok)); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 

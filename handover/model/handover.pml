@@ -44,7 +44,7 @@
  *   c2  NI=3 NEV=3 MAXFAULT=0             old owner + two newcomers
  *   o2  NI=2 NEV=2 MAXOVERRUN=1           a claim overruns its deadline
  *   o1  NI=2 NEV=1 MAXFAULT=1 MAXOVERRUN=1 MAXSYNC=2   an overrun and a fault
- *   d1  NI=2 NEV=1 FAULT_DROP (drops only) MAXSYNC=3
+ *   d1  NI=2 NEV=1 FAULT_DROP (drops only) MAXSYNC=2 (no reconnection)
  *   f6a NI=2 NEV=4 MAXFAULT=1 STOP_DURING_CLAIM CHECK_LEAVE NO_I3
  *   n1  NI=2 NEV=2 MAXNOTREADY=1 MAXSYNC=4  a ready that fails (all the
  *                                         other runs: MAXNOTREADY=0)
