@@ -8,9 +8,12 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/containerd/nri/pkg/api"
 )
 
 // ledgerTail counts the ledger's lines by instance, reading only what was
@@ -127,13 +130,19 @@ func (n *node) checkRollout(t *testing.T, load *loadGen, r rolloutResult) (close
 }
 
 // closedByRequest counts containerd's closing-plugin lines by what was in
-// flight: "CreateContainer request: ttrpc: closed" and the like.
+// flight: "CreateContainer request: ttrpc: closed", "event
+// REMOVE_CONTAINER: ttrpc: closed" and the like.
 func closedByRequest(closed []string) string {
 	re := regexp.MustCompile(`failed to handle (.*?)"`)
+	ev := regexp.MustCompile(`^event (\d+)`)
 	c := map[string]int{}
 	for _, l := range closed {
 		if m := re.FindStringSubmatch(l); m != nil {
-			c[m[1]]++
+			what := ev.ReplaceAllStringFunc(m[1], func(s string) string {
+				k, _ := strconv.Atoi(strings.TrimPrefix(s, "event "))
+				return "event " + api.Event(k).String()
+			})
+			c[what]++
 		} else {
 			c[l]++
 		}
