@@ -4,7 +4,7 @@
 // everything themselves (containerd, runc, an image, pods):
 //
 //	make test-e2e                       # or, by hand:
-//	go test -tags e2e -count=1 -v -timeout 14m ./test/e2e/
+//	go test -tags e2e -count=1 -v -timeout 20m ./test/e2e/
 //
 // TestMain installs what is missing (containerd built with `go install` into
 // a cache directory keyed by version, runc from Debian), starts a private

@@ -304,7 +304,7 @@ func (e *env) buildBinaries() error {
 		return nil
 	}
 	if err := build(nil, "./sample-plugins/audit/cmd/nri-audit", "./test/e2e/cmd/nri-audit-bare",
-		"./test/e2e/cmd/nri-reconcile"); err != nil {
+		"./test/e2e/cmd/nri-reconcile", "./test/e2e/cmd/nri-audit-sync"); err != nil {
 		return err
 	}
 	// The functional tests run the harnessed plugins with the race detector:
@@ -314,7 +314,8 @@ func (e *env) buildBinaries() error {
 	if err := os.MkdirAll(e.raceBin, 0o755); err != nil {
 		return err
 	}
-	cmd := exec.Command(goTool(), "build", "-race", "-o", e.raceBin+"/", "./sample-plugins/audit/cmd/nri-audit", "./test/e2e/cmd/nri-reconcile")
+	cmd := exec.Command(goTool(), "build", "-race", "-o", e.raceBin+"/", "./sample-plugins/audit/cmd/nri-audit", "./test/e2e/cmd/nri-reconcile",
+		"./test/e2e/cmd/nri-audit-sync")
 	cmd.Dir = e.repo
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build -race: %w\n%s", err, tail(string(out), 30))

@@ -232,8 +232,12 @@ func TestContainerdRestartDuringOverlap(t *testing.T) {
 // middle of a switch: the old owner while the newcomer starts, registers or
 // claims; the newcomer at the same moments (the old owner still owns, or
 // yielded and must take ownership back); and the newcomer right after it
-// took over. The survivor owns the plugin within killRecoveryBound, and
-// nothing is ever acted on twice. Events the killed owner was handling, or
+// took over. A survivor that ran before the switch (cases 1 and 2) owns the
+// plugin within killRecoveryBound of the kill; a newcomer whose predecessor
+// was killed while it started (case 0) owns within ownerWithin of its own
+// start, as any new instance: its time without an owner includes its
+// process start, which on a loaded machine alone exceeds a second (1.0-2.0 s
+// at load average 8-50). Nothing is ever acted on twice. Events the killed owner was handling, or
 // that came before the survivor noticed, may be missed: the design bounds
 // them rather than excludes them.
 func TestKillMidSwitch(t *testing.T) {
@@ -242,7 +246,7 @@ func TestKillMidSwitch(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	const rounds = 15
-	var worst time.Duration
+	var worst, worstNew time.Duration // survivor running before the switch; newcomer (case 0)
 	var windows []window
 	for i := 0; i < rounds; i++ {
 		v := []string{"2.0.0", "1.0.0"}[i%2]
@@ -264,16 +268,25 @@ func TestKillMidSwitch(t *testing.T) {
 		}
 		killed := time.Now()
 		victim.kill()
-		if _, err := survivor.waitOwner(3 * killRecoveryBound); err != nil {
+		bound, wait := killRecoveryBound, 3*killRecoveryBound
+		if survivor == next { // case 0: bounded from its start, like any newcomer
+			bound = ownerWithin - time.Since(next.started)
+			wait = bound
+		}
+		if _, err := survivor.waitOwner(wait); err != nil {
 			st, _ := survivor.status(ctxFor(t, time.Second))
 			t.Fatalf("round %d: killed %s; %s did not become owner (status %v): %v", i, how, survivor.id, st, err)
 		}
 		rec := time.Since(killed)
-		worst = max(worst, rec)
+		if survivor == next {
+			worstNew = max(worstNew, rec)
+		} else {
+			worst = max(worst, rec)
+		}
 		windows = append(windows, window{label: "kill " + victim.id, from: killed, to: time.Now()})
 		t.Logf("round %d: killed %s; %s owns %v later", i, how, survivor.id, rec.Round(time.Millisecond))
-		if rec > killRecoveryBound {
-			t.Errorf("round %d: no owner for %v after the kill, bound %v", i, rec, killRecoveryBound)
+		if rec > bound {
+			t.Errorf("round %d: no owner for %v after the kill, bound %v", i, rec, bound.Round(time.Millisecond))
 		}
 		cur = survivor
 		time.Sleep(700 * time.Millisecond)
@@ -326,7 +339,8 @@ func TestKillMidSwitch(t *testing.T) {
 	if len(inGap) > 0 {
 		t.Logf("%d events missed while no instance owned the plugin (allowed), e.g. %v", len(inGap), first(inGap, 4))
 	}
-	t.Logf("worst time without an owner after a kill: %v (bound %v)", worst.Round(time.Millisecond), killRecoveryBound)
+	t.Logf("worst time without an owner after a kill: %v with the survivor running (bound %v); %v with a newcomer starting (bound: owner within %v of its start)",
+		worst.Round(time.Millisecond), killRecoveryBound, worstNew.Round(time.Millisecond), ownerWithin)
 	n.checkNoTimeouts(t)
 	t.Logf("latency: %s", load.latency(windows))
 }

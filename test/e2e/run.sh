@@ -14,4 +14,4 @@ skip() { echo "test-e2e: SKIPPED: $*"; exit 0; }
 
 echo "test-e2e: integration tests on a real containerd through CRI (test/e2e)"
 echo "test-e2e: the first run builds containerd with go install (2-3 minutes on 2 cores) and installs runc if missing"
-exec "$GO" test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-14m}" ./test/e2e/ "$@"
+exec "$GO" test -tags e2e -count=1 -v -timeout "${E2E_TIMEOUT:-20m}" ./test/e2e/ "$@"
