@@ -22,17 +22,6 @@ import (
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
-// Defaults of Config.
-const (
-	// DefaultClaimTimeout bounds a claim made inside the runtime's
-	// Synchronize request. NRI's default request timeout is 2 s; a claim
-	// must stay far below it so the runtime never drops the instance.
-	DefaultClaimTimeout = 500 * time.Millisecond
-	// DefaultLeaveTimeout bounds how long a leaving owner waits for a
-	// standby to take over before it exits anyway.
-	DefaultLeaveTimeout = 10 * time.Second
-)
-
 const (
 	// takeBackGrace is how long after a taker's claim deadline its yielded
 	// owner still waits for the taker to finish the claim as owner before
@@ -991,7 +980,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	}
 	if !c.leaving {
-		if ok, reason := c.cfg.Policy.Allow(c.self, taker); !ok {
+		if ok, reason := c.cfg.Policy.Allow(PublicInstance(c.self), PublicInstance(taker)); !ok {
 			return refuse(reason)
 		}
 	}

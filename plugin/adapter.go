@@ -12,6 +12,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
+	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -140,7 +141,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
 		return nil, nil
 	}
-	wasOwner := p.coord.Status().Role == RoleOwner
+	wasOwner := p.coord.Status().Role == hapi.Role_ROLE_OWNER
 	syncer, hasSync := p.author.(stub.SynchronizeInterface)
 	r, hasReconcile := p.author.(ReconcileInterface)
 	reconcile := hasReconcile && !wasOwner
@@ -194,7 +195,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if a.replaces != nil {
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
 	}
-	if role != RoleOwner {
+	if role != hapi.Role_ROLE_OWNER {
 		return nil, nil
 	}
 	if reconcile {
@@ -255,17 +256,17 @@ func (a *adapter) gate(event eventKind, id string) bool {
 
 // enter enters the event section and returns the role to act in on this
 // connection.
-func (a *adapter) enter() Role {
+func (a *adapter) enter() hapi.Role {
 	role := a.p.coord.Enter()
 	if a.closed.Load() {
-		return RoleRetired
+		return hapi.Role_ROLE_RETIRED
 	}
 	return role
 }
 
 // actAs counts the event and reports whether role acts.
-func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
-	if role == RoleOwner {
+func (p *Plugin) actAs(role hapi.Role, event eventKind, id string) bool {
+	if role == hapi.Role_ROLE_OWNER {
 		p.acted.Add(1)
 		p.obs.Event(event, resultActed)
 		return true
@@ -275,7 +276,7 @@ func (p *Plugin) actAs(role Role, event eventKind, id string) bool {
 }
 
 // skip counts and logs an event this instance does not act on.
-func (p *Plugin) skip(event eventKind, id string, role Role) {
+func (p *Plugin) skip(event eventKind, id string, role hapi.Role) {
 	p.skipped.Add(1)
 	p.obs.Event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {
@@ -290,7 +291,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	p := a.p
 	role := a.enter()
 	defer p.coord.Exit()
-	if role != RoleOwner {
+	if role != hapi.Role_ROLE_OWNER {
 		p.skip(evCreateContainer, c.GetId(), role)
 		return nil, nil, nil
 	}
@@ -430,7 +431,7 @@ func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.Vali
 // is shutting down.
 func (a *adapter) Shutdown(ctx context.Context) {
 	h, ok := a.p.author.(stub.ShutdownInterface)
-	if !ok || a.closed.Load() || a.p.Role() != RoleOwner {
+	if !ok || a.closed.Load() || a.p.Role() != handover.RoleOwner {
 		return
 	}
 	h.Shutdown(ctx)

@@ -55,7 +55,6 @@ import (
 	nriversion "github.com/containerd/nri/pkg/version"
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-handover/nri-handover/handover"
 	hapi "github.com/nri-handover/nri-handover/handover/api"
@@ -82,17 +81,6 @@ type StampedContainer struct {
 type ReconcileInterface interface {
 	Reconcile(ctx context.Context, p *Plugin, olderStamped []*StampedContainer) error
 }
-
-// Role is the part an instance plays; only RoleOwner acts on events.
-type Role = hapi.Role
-
-// Roles, re-exported from the handover protocol.
-const (
-	RoleJoining = hapi.Role_ROLE_JOINING
-	RoleOwner   = hapi.Role_ROLE_OWNER
-	RoleStandby = hapi.Role_ROLE_STANDBY
-	RoleRetired = hapi.Role_ROLE_RETIRED
-)
 
 // Stats counts what an instance did. All fields only grow.
 type Stats struct {
@@ -382,9 +370,8 @@ func sanitizeID(s string) string {
 	return string(out)
 }
 
-// Instance returns this instance's identity as the handover protocol
-// reports it: a copy, which the caller may keep or change.
-func (p *Plugin) Instance() *hapi.Instance { return proto.Clone(p.self).(*hapi.Instance) }
+// Instance is this instance's identity as its peers see it.
+func (p *Plugin) Instance() handover.Instance { return handover.PublicInstance(p.self) }
 
 // Name is the plugin name the plugin registers with. Stamps and the
 // handover directory use Key, which is the same unless the name has
@@ -435,7 +422,7 @@ func (p *Plugin) Idx() string { return p.cfg.idx }
 func (p *Plugin) Version() *version.Version { return p.version }
 
 // Role is this instance's current role.
-func (p *Plugin) Role() Role { return p.coord.Status().Role }
+func (p *Plugin) Role() handover.Role { return handover.PublicRole(p.coord.Status().Role) }
 
 // Ready reports whether this instance owns the plugin and is connected to
 // the runtime, with a reason; use it for a readiness probe so that a
@@ -454,11 +441,8 @@ func (p *Plugin) Ready() (bool, string) {
 	return true, why
 }
 
-// Status is this instance's handover state: a copy, which the caller may
-// keep or change.
-func (p *Plugin) Status() *hapi.StatusResponse {
-	return proto.Clone(p.coord.Status()).(*hapi.StatusResponse)
-}
+// Status is a snapshot of this instance's handover state.
+func (p *Plugin) Status() handover.Status { return handover.PublicStatus(p.coord.Status()) }
 
 // RoleChanged returns a channel that is closed at the next role change.
 func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }
@@ -480,7 +464,7 @@ var ErrNotOwner = errors.New("this instance does not own the plugin")
 // Never call it from inside an event handler: the runtime holds its lock
 // for the event then, and the call would deadlock.
 func (p *Plugin) UpdateContainers(updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	if p.Role() != RoleOwner {
+	if p.Role() != handover.RoleOwner {
 		return nil, ErrNotOwner
 	}
 	p.stubMu.Lock()
@@ -736,7 +720,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 		case <-c.closed:
 			return lost
 		case <-p.catchUp:
-			if p.Role() != RoleOwner {
+			if p.Role() != handover.RoleOwner {
 				continue
 			}
 			return catchUp
@@ -747,7 +731,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 				p.log.WithField("reason", reason).Debug("resync not needed: a Synchronize is in progress")
 				continue
 			}
-			if role := p.Role(); role != RoleStandby {
+			if role := p.Role(); role != handover.RoleStandby {
 				p.log.WithFields(logrus.Fields{"reason": reason, "role": role.String()}).Debug("resync not needed")
 				continue
 			}

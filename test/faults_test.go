@@ -652,7 +652,7 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	gen.Close()
 
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if st := a.p.Status(); st.Epoch != 8 || st.Reason != "no owner on the node" {
 		t.Fatalf("restarted instance: epoch %d, %q; want epoch 8 after the crashed owner's 7", st.Epoch, st.Reason)
 	}
@@ -661,8 +661,8 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	}
 	n.lifecycles(3)
 	b := n.start("b", "2.0.0")
-	waitRole(t, b, plugin.RoleOwner)
-	waitRole(t, a, plugin.RoleRetired)
+	waitRole(t, b, handover.RoleOwner)
+	waitRole(t, a, handover.RoleRetired)
 	n.lifecycles(3)
 	rep := n.check()
 	if rep.ByInstance["a"] == 0 || rep.ByInstance["b"] == 0 {
@@ -680,7 +680,7 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 func TestHandoverDirFaults(t *testing.T) {
 	n := newNode(t)
 	owner := n.start("owner", "1.0.0")
-	waitRole(t, owner, plugin.RoleOwner)
+	waitRole(t, owner, handover.RoleOwner)
 	tmp := testutil.ShortTempDir(t, "nhd-")
 	// Instances in other directories never reach the runtime: no second
 	// owner of the plugin may appear there.
@@ -944,12 +944,12 @@ func TestRuntimeRestart(t *testing.T) {
 		return n.startAuthor(id, ver, authors[id], viaProxy, pol)
 	}
 	a := start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	b := start("b", "2.0.0")
-	waitRole(t, b, plugin.RoleOwner)
-	waitRole(t, a, plugin.RoleRetired)
+	waitRole(t, b, handover.RoleOwner)
+	waitRole(t, a, handover.RoleRetired)
 	c := start("c", "1.5.0")
-	waitRole(t, c, plugin.RoleStandby)
+	waitRole(t, c, handover.RoleStandby)
 	if err := n.rt.WaitPlugins(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -957,9 +957,9 @@ func TestRuntimeRestart(t *testing.T) {
 	<-authors["b"].synced
 	roles := func(when string) {
 		t.Helper()
-		for r, want := range map[*running]plugin.Role{a: plugin.RoleRetired, b: plugin.RoleOwner, c: plugin.RoleStandby} {
+		for r, want := range map[*running]handover.Role{a: handover.RoleRetired, b: handover.RoleOwner, c: handover.RoleStandby} {
 			if got := r.p.Role(); got != want {
-				t.Errorf("%s: %s is %v, want %v", when, r.p.Instance().Id, got, want)
+				t.Errorf("%s: %s is %v, want %v", when, r.p.Instance().ID, got, want)
 			}
 		}
 		if !n.owns(b) {
@@ -1026,7 +1026,7 @@ func TestRuntimeRestart(t *testing.T) {
 	}
 	for _, r := range []*running{a, b, c} {
 		if st := r.p.Stats(); st.Disconnects != 1 {
-			t.Errorf("%s: %d disconnects, want 1", r.p.Instance().Id, st.Disconnects)
+			t.Errorf("%s: %d disconnects, want 1", r.p.Instance().ID, st.Disconnects)
 		}
 	}
 	for i, id := range long {
@@ -1091,7 +1091,7 @@ func TestRuntimeRestartsReconnectPromptly(t *testing.T) {
 	defer cancel()
 	px := newNRIProxy(t, n.rt.SocketPath())
 	a := n.start("a", "1.0.0", plugin.WithSocketPath(px.path))
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if err := n.rt.WaitPlugins(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -1205,7 +1205,7 @@ func TestClaimBoundedByItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	if role, err := a.Claim(context.Background()); role != plugin.RoleOwner {
+	if role, err := a.Claim(context.Background()); role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("first claim: %v %v", role, err)
 	}
 	const budget = 200 * time.Millisecond
@@ -1226,7 +1226,7 @@ func TestClaimBoundedByItsBudget(t *testing.T) {
 	start := time.Now()
 	role, _ := b.Claim(ctx)
 	took := time.Since(start)
-	if role == plugin.RoleOwner || a.Status().Role != plugin.RoleOwner {
+	if role == hapi.Role_ROLE_OWNER || a.Status().Role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("a claim with a %v budget asked the owner to yield after %v and took ownership (%s): a claim "+
 			"delayed after the claim lock must give up, or it can move ownership after the runtime gave up on its "+
 			"Synchronize (this was B4)", budget, took.Round(time.Millisecond), b.Status().Reason)

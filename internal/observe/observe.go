@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
-	"github.com/nri-handover/nri-handover/handover/api"
 )
 
 // Event is an NRI event the harness gates; an index into EventNames.
@@ -99,7 +98,7 @@ type Info struct {
 	Plugin                          any // the *plugin.Plugin
 	Name, Version, Instance, Policy string
 	// Role and Epoch read the instance's current ones.
-	Role  func() api.Role
+	Role  func() handover.Role
 	Epoch func() uint64
 }
 

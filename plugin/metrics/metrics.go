@@ -32,7 +32,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/observe"
 	"github.com/nri-handover/nri-handover/plugin"
 )
@@ -81,10 +80,10 @@ func newMetrics(info observe.Info) *metrics {
 			m.events[e][r] = events.WithLabelValues(name, result)
 		}
 	}
-	for _, r := range []hapi.Role{plugin.RoleJoining, plugin.RoleOwner, plugin.RoleStandby, plugin.RoleRetired} {
+	for _, r := range []handover.Role{handover.RoleJoining, handover.RoleOwner, handover.RoleStandby, handover.RoleRetired} {
 		r := r
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nri_handover_role", ConstLabels: prometheus.Labels{"plugin": info.Name, "role": handover.RoleName(r)},
+			Name: "nri_handover_role", ConstLabels: prometheus.Labels{"plugin": info.Name, "role": r.String()},
 			Help: "1 for the role this instance has now, 0 for the others.",
 		}, func() float64 {
 			if info.Role() == r {
@@ -135,7 +134,7 @@ func Handler(p *plugin.Plugin) http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "ok: %s\n", handover.RoleName(p.Role()))
+		fmt.Fprintf(w, "ok: %s\n", p.Role())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ready, why := p.Ready()

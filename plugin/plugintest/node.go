@@ -117,7 +117,7 @@ func (n *Node) Instances() []*Instance {
 // Owner returns the running instance that owns the plugin, nil if none.
 func (n *Node) Owner() *Instance {
 	for _, in := range n.Instances() {
-		if in.Running() && in.p.Role() == plugin.RoleOwner {
+		if in.Running() && in.p.Role() == handover.RoleOwner {
 			return in
 		}
 	}
@@ -162,7 +162,7 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 		kithook.Unregister(socket)
 		return nil, fmt.Errorf("plugintest: start instance %s: %w", id, err)
 	}
-	if in.p.Name() != n.cfg.Name || in.p.Instance().Id != id {
+	if in.p.Name() != n.cfg.Name || in.p.Instance().ID != id {
 		kithook.Unregister(socket)
 		return nil, fmt.Errorf("plugintest: start instance %s: its name and id are the node's (Config.Name): options to Start must not change them", id)
 	}
@@ -459,7 +459,7 @@ func (in *Instance) Running() bool {
 func (in *Instance) WaitOwner(ctx context.Context) error {
 	for {
 		ch := in.p.RoleChanged()
-		if in.p.Role() == plugin.RoleOwner {
+		if in.p.Role() == handover.RoleOwner {
 			return nil
 		}
 		select {

@@ -131,7 +131,7 @@ func TestInstanceCrash(t *testing.T) {
 	if v2.Running() {
 		t.Fatal("Run did not return")
 	}
-	if role := v2.Plugin().Role(); role != plugin.RoleOwner {
+	if role := v2.Plugin().Role(); role != handover.RoleOwner {
 		t.Fatalf("crashed owner's role %v: it left (a clean stop retires)", role)
 	}
 	if _, err := status(v2, failAfter); !errors.Is(err, handover.ErrNoInstance) {
