@@ -370,19 +370,18 @@ func sanitizeID(s string) string {
 	return string(out)
 }
 
-// Instance is this instance's identity as its peers see it.
+// Instance is this instance's identity as its peers see it. Its Version
+// is the plugin's version as given; its Plugin is the plugin's key, the
+// name of its stamp annotation (after the stamp prefix) and of its
+// handover directory: Name itself if that is a valid annotation key
+// segment, else a valid name derived from it, the same for every instance
+// (`nri-handover status --plugin` takes either).
 func (p *Plugin) Instance() handover.Instance { return handover.PublicInstance(p.self) }
 
 // Name is the plugin name the plugin registers with. Stamps and the
-// handover directory use Key, which is the same unless the name has
-// characters an annotation key cannot carry.
+// handover directory use the key (Instance().Plugin), which is the same
+// unless the name has characters an annotation key cannot carry.
 func (p *Plugin) Name() string { return p.cfg.name }
-
-// Key is the name of the plugin's stamp annotation (after the stamp
-// prefix) and of its handover directory: Name itself if it is a valid
-// annotation key segment, else a valid name derived from it, the same for
-// every instance (`nri-handover status --plugin` takes either).
-func (p *Plugin) Key() string { return p.cfg.key }
 
 // RegistrationTimeout is the runtime's plugin registration timeout, as
 // stub.Stub.RegistrationTimeout: the default until a Configure said
@@ -417,9 +416,6 @@ func (p *Plugin) runtimeInfo() runtimeInfo {
 
 // Idx is the plugin's registration index.
 func (p *Plugin) Idx() string { return p.cfg.idx }
-
-// Version is the plugin's own version.
-func (p *Plugin) Version() *version.Version { return p.version }
 
 // Role is this instance's current role.
 func (p *Plugin) Role() handover.Role { return handover.PublicRole(p.coord.Status().Role) }

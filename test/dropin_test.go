@@ -207,8 +207,8 @@ func TestNameNRIAcceptsIsAccepted(t *testing.T) {
 	n := newNode(t)
 	a := n.start("a", "1.0.0", plugin.WithPluginName(name))
 	waitRole(t, a, handover.RoleOwner)
-	if a.p.Name() != name || a.p.Key() != names.Key(name) || a.p.Key() == name {
-		t.Fatalf("Name %q Key %q, want %q and %q", a.p.Name(), a.p.Key(), name, names.Key(name))
+	if a.p.Name() != name || a.p.Instance().Plugin != names.Key(name) || a.p.Instance().Plugin == name {
+		t.Fatalf("Name %q Key %q, want %q and %q", a.p.Name(), a.p.Instance().Plugin, name, names.Key(name))
 	}
 	pod, err := n.rt.RunPod(context.Background(), "p")
 	if err != nil {
