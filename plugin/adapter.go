@@ -12,7 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -133,7 +134,7 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 // the containers no instance of this plugin has stamped, and ownership
 // passes for good only once it has succeeded: an author Synchronize that
 // fails or overruns gives ownership back to the previous owner before the
-// runtime sees the error (handover.Coordinator.ClaimThen).
+// runtime sees the error (protocol.Coordinator.ClaimThen).
 func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p := a.p
 	defer a.syncedOnce.Do(func() { close(a.synced) })
@@ -186,7 +187,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
-	if errors.Is(err, handover.ErrNotReady) {
+	if errors.Is(err, protocol.ErrNotReady) {
 		// The runtime drops an instance whose Synchronize fails, as it
 		// would a bare stub plugin; the harness reconnects later (and a
 		// connection this one was to replace stays in use).

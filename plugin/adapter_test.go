@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // shutdowner is a plugin with only a Shutdown handler.

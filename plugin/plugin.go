@@ -4,7 +4,8 @@
 // the harness
 //
 //   - registers with the runtime and takes part in the handover protocol
-//     (package handover) from inside its Synchronize call;
+//     (internal; package handover is its public view) from inside its
+//     Synchronize call;
 //   - calls the author's handlers only while this instance owns the plugin,
 //     so that of two instances running side by side exactly one acts on each
 //     event;
@@ -57,12 +58,13 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/internal/observe"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/stubopt"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -99,8 +101,8 @@ type Plugin struct {
 	handles api.EventMask // events the author implements
 	version *version.Version
 	self    *hapi.Instance
-	dir     *handover.Dir
-	coord   *handover.Coordinator
+	dir     *protocol.Dir
+	coord   *protocol.Coordinator
 	signer  *stamp.Signer
 	// stamper signs this instance's stamps (nil if its version or id
 	// cannot be stamped: then every CreateContainer fails, as Sign says);
@@ -218,7 +220,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	pl.obs = newObserver(pl) // its gauges read pl.coord only when scraped
 
-	dir, err := handover.OpenDir(c.root, c.key)
+	dir, err := protocol.OpenDir(c.root, c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +240,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	// The test kit may freeze this instance at the protocol's steps.
 	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
-	pl.coord, err = handover.New(handover.Config{
+	pl.coord, err = protocol.New(protocol.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
 		Self:         pl.self,
@@ -376,7 +378,7 @@ func sanitizeID(s string) string {
 // handover directory: Name itself if that is a valid annotation key
 // segment, else a valid name derived from it, the same for every instance
 // (`nri-handover status --plugin` takes either).
-func (p *Plugin) Instance() handover.Instance { return handover.PublicInstance(p.self) }
+func (p *Plugin) Instance() handover.Instance { return protocol.PublicInstance(p.self) }
 
 // Name is the plugin name the plugin registers with. Stamps and the
 // handover directory use the key (Instance().Plugin), which is the same
@@ -418,7 +420,7 @@ func (p *Plugin) runtimeInfo() runtimeInfo {
 func (p *Plugin) Idx() string { return p.cfg.idx }
 
 // Role is this instance's current role.
-func (p *Plugin) Role() handover.Role { return handover.PublicRole(p.coord.Status().Role) }
+func (p *Plugin) Role() handover.Role { return protocol.PublicRole(p.coord.Status().Role) }
 
 // Ready reports whether this instance owns the plugin and is connected to
 // the runtime, with a reason; use it for a readiness probe so that a
@@ -438,7 +440,7 @@ func (p *Plugin) Ready() (bool, string) {
 }
 
 // Status is a snapshot of this instance's handover state.
-func (p *Plugin) Status() handover.Status { return handover.PublicStatus(p.coord.Status()) }
+func (p *Plugin) Status() handover.Status { return protocol.PublicStatus(p.coord.Status()) }
 
 // RoleChanged returns a channel that is closed at the next role change.
 func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }

@@ -36,7 +36,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -161,7 +162,7 @@ func childNewPlugin(args []string) string {
 func childCall(args []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl, err := handover.Dial(ctx, args[0])
+	cl, err := protocol.Dial(ctx, args[0])
 	if err != nil {
 		return "dial: " + err.Error()
 	}

@@ -32,8 +32,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	fp "github.com/nri-handover/nri-handover/internal/failpoint"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -51,7 +52,7 @@ const (
 
 // failpoint is the environment that makes a process kill or stop itself at
 // a protocol step.
-func failpoint(step handover.Step, action string) []string {
+func failpoint(step protocol.Step, action string) []string {
 	return []string{fp.Env + "=" + string(step) + ":" + action}
 }
 
@@ -215,17 +216,17 @@ func TestFaultMatrix(t *testing.T) {
 
 	t.Run("control: no fault", func(t *testing.T) { oldOwnerFault(t, bins, m, "", "") })
 	t.Run("old owner killed before", func(t *testing.T) { oldOwnerKilledIdle(t, bins, m) })
-	for _, step := range []handover.Step{handover.StepYieldReceived, handover.StepYieldDecided} {
+	for _, step := range []protocol.Step{protocol.StepYieldReceived, protocol.StepYieldDecided} {
 		t.Run("old owner killed at "+string(step), func(t *testing.T) { oldOwnerFault(t, bins, m, step, "kill") })
 	}
 	t.Run("old owner killed after", func(t *testing.T) { oldOwnerKilledAfter(t, bins, m) })
-	for _, step := range []handover.Step{handover.StepYieldReceived, handover.StepYieldDecided} {
+	for _, step := range []protocol.Step{protocol.StepYieldReceived, protocol.StepYieldDecided} {
 		t.Run("old owner hung at "+string(step), func(t *testing.T) { oldOwnerFault(t, bins, m, step, "stop") })
 	}
-	for _, step := range []handover.Step{handover.StepClaimLocked, handover.StepYieldAnswered, handover.StepPublished, handover.StepOwner} {
+	for _, step := range []protocol.Step{protocol.StepClaimLocked, protocol.StepYieldAnswered, protocol.StepPublished, protocol.StepOwner} {
 		t.Run("newcomer killed at "+string(step), func(t *testing.T) { newcomerKilled(t, bins, m, step) })
 	}
-	for _, step := range []handover.Step{handover.StepClaimLocked, handover.StepYieldAnswered, handover.StepPublished, handover.StepOwner} {
+	for _, step := range []protocol.Step{protocol.StepClaimLocked, protocol.StepYieldAnswered, protocol.StepPublished, protocol.StepOwner} {
 		t.Run("newcomer hung at "+string(step), func(t *testing.T) { newcomerHung(t, bins, m, step) })
 	}
 	t.Run("new owner killed after the switch", func(t *testing.T) { newOwnerKilled(t, bins, m) })
@@ -241,7 +242,7 @@ func TestFaultMatrix(t *testing.T) {
 // by the old owner up to the newcomer's Synchronize, by the newcomer after.
 // A stopped owner is dropped by the runtime at its next event (one request
 // timeout: the only timeout allowed); thawed, it acts on nothing.
-func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, action string) {
+func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step protocol.Step, action string) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	opts := sim.Options{}
@@ -311,7 +312,7 @@ func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, a
 // takes ownership back; events delivered between the newcomer's death and
 // that promotion may be missed (the detection window), none twice. A clean
 // newcomer then takes over normally.
-func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) {
+func newcomerKilled(t *testing.T, bins binaries, m *matrix, step protocol.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
@@ -323,7 +324,7 @@ func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) 
 	}
 	died := time.Now()
 	var window time.Duration
-	if step == handover.StepClaimLocked {
+	if step == protocol.StepClaimLocked {
 		// The owner was never asked: it still owns.
 		if !n.owns(ctx, old.id) {
 			t.Errorf("%s lost ownership to a newcomer that died before asking", old.id)
@@ -344,7 +345,7 @@ func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) 
 		}
 	}
 	back := "kept owning"
-	if step != handover.StepClaimLocked {
+	if step != protocol.StepClaimLocked {
 		back = "owns again " + ms(window) + " after the newcomer died"
 	}
 	m.add("%-36s old owner %s (%s); second newcomer owns %s after its start; %s",
@@ -382,7 +383,7 @@ func (p *proc) thawAlways(t *testing.T) {
 // B1: nobody owned the plugin until the newcomer was thawed). Thawed, the
 // newcomer reconnects, claims again and owns; nothing is ever acted on
 // twice.
-func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
+func newcomerHung(t *testing.T, bins binaries, m *matrix, step protocol.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
@@ -395,7 +396,7 @@ func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 	s.waitEvents(ctx, t, n.rt.Stats().Events+1)
 	resumed := time.Now()
 	back := "kept owning"
-	if step == handover.StepClaimLocked {
+	if step == protocol.StepClaimLocked {
 		if !n.owns(ctx, old.id) {
 			t.Errorf("%s lost ownership to a newcomer hung before asking", old.id)
 		}
@@ -545,7 +546,7 @@ func racingNewcomers(t *testing.T, bins binaries, m *matrix) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		roles[p.id] = handover.RoleName(st.Role)
+		roles[p.id] = protocol.RoleName(st.Role)
 		if p != newest && st.Role == hapi.Role_ROLE_OWNER {
 			t.Errorf("%s also says it owns the plugin: %v", p.id, st)
 		}
@@ -625,7 +626,7 @@ func lastLine(s string) string {
 // acted on once.
 func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	n := newNode(t)
-	dir, err := handover.OpenDir(n.root, "audit")
+	dir, err := protocol.OpenDir(n.root, "audit")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1127,7 +1128,7 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
-	hung := n.startProcEnv("audit-hung", "2.0.0", failpoint(handover.StepClaimLocked, "stop"))
+	hung := n.startProcEnv("audit-hung", "2.0.0", failpoint(protocol.StepClaimLocked, "stop"))
 	hung.waitStopped(ctx, t)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+1) // the runtime gave up on it
 	second := n.startPlugin("audit-second", "2.0.0")
@@ -1193,13 +1194,13 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 // runtime connection.)
 func TestClaimBoundedByItsBudget(t *testing.T) {
 	root := testutil.ShortTempDir(t, "nhc-")
-	dir, err := handover.OpenDir(root, "demo")
+	dir, err := protocol.OpenDir(root, "demo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := logrus.NewEntry(logrus.New())
 	log.Logger.SetOutput(io.Discard)
-	a, err := handover.New(handover.Config{Dir: dir, Log: log,
+	a, err := protocol.New(protocol.Config{Dir: dir, Log: log,
 		Self: &hapi.Instance{Plugin: "demo", Id: "a", Version: "1.0.0", StartedUnixNano: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -1209,10 +1210,10 @@ func TestClaimBoundedByItsBudget(t *testing.T) {
 		t.Fatalf("first claim: %v %v", role, err)
 	}
 	const budget = 200 * time.Millisecond
-	b, err := handover.New(handover.Config{Dir: dir, Log: log, ClaimTimeout: budget,
+	b, err := protocol.New(protocol.Config{Dir: dir, Log: log, ClaimTimeout: budget,
 		Self: &hapi.Instance{Plugin: "demo", Id: "b", Version: "2.0.0", StartedUnixNano: 2},
-		Failpoint: func(s handover.Step) {
-			if s == handover.StepClaimLocked {
+		Failpoint: func(s protocol.Step) {
+			if s == protocol.StepClaimLocked {
 				time.Sleep(budget + 50*time.Millisecond) // frozen between two steps
 			}
 		}})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 )
 
 // Event is an NRI event the harness gates; an index into EventNames.
@@ -61,7 +62,7 @@ var ResultNames = [NumResults]string{"acted", "skipped", "skipped_stamped"}
 // the events' hot path and must not block.
 type Observer interface {
 	Event(Event, Result)
-	Outcome(o handover.Outcome, took time.Duration)
+	Outcome(o protocol.Outcome, took time.Duration)
 	BadStamp()
 	// Serve serves the observer's endpoint on addr until ctx ends or stop
 	// is called.
@@ -75,7 +76,7 @@ type Nop struct{}
 func (Nop) Event(Event, Result) {}
 
 // Outcome does nothing.
-func (Nop) Outcome(handover.Outcome, time.Duration) {}
+func (Nop) Outcome(protocol.Outcome, time.Duration) {}
 
 // BadStamp does nothing.
 func (Nop) BadStamp() {}

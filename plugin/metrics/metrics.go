@@ -33,6 +33,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/observe"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -110,11 +111,11 @@ func newMetrics(info observe.Info) *metrics {
 }
 
 // Outcome records a coordinator outcome.
-func (m *metrics) Outcome(o handover.Outcome, took time.Duration) {
+func (m *metrics) Outcome(o protocol.Outcome, took time.Duration) {
 	m.handovers.WithLabelValues(string(o)).Inc()
 	switch o {
-	case handover.OutcomeFirstOwner, handover.OutcomeTookOver, handover.OutcomeForced,
-		handover.OutcomeTookBack, handover.OutcomePromoted:
+	case protocol.OutcomeFirstOwner, protocol.OutcomeTookOver, protocol.OutcomeForced,
+		protocol.OutcomeTookBack, protocol.OutcomePromoted:
 		m.switches.Observe(took.Seconds())
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -134,7 +135,7 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	seq := len(n.instances)
 	n.mu.Unlock()
 	id := instanceID(seq, version)
-	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	dir, err := protocol.OpenDir(n.root, n.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("plugintest: %w", err)
 	}
@@ -355,7 +356,7 @@ func (n *Node) Check() (Result, error) {
 	kinds := kindsOf(mask)
 	res.Events = n.ledger.Compare(n.rt.Issued(), func(e Event) bool { return kinds[e] })
 
-	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	dir, err := protocol.OpenDir(n.root, n.cfg.Name)
 	if err != nil {
 		return res, fmt.Errorf("plugintest: check stamps: %w", err)
 	}

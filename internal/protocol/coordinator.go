@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 

@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 // Bad input to the handover protocol (issue 5, docs/reliability.md):
 // arbitrary bytes sent as the protocol's requests to a live coordinator over
@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 

@@ -1,9 +1,9 @@
-package handover
+package protocol
 
 import (
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // PublicRole is r as the public Role.
