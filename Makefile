@@ -51,18 +51,18 @@ bench:
 	$(GO) test -run '^$$' -bench '$(BENCH_MEMORY)' -benchmem -count $(BENCHCOUNT) -benchtime 1x ./test/bench | tee -a bench.out
 	@echo "results in bench.out; compare two runs with: go run golang.org/x/perf/cmd/benchstat@latest old.out bench.out"
 
-## proto: regenerate handover/api from handover.proto (needs protoc: apt-get install protobuf-compiler).
+## proto: regenerate internal/protocol/api from handover.proto (needs protoc: apt-get install protobuf-compiler).
 proto:
-	protoc --proto_path=handover/api \
+	protoc --proto_path=internal/protocol/api \
 		--plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
 		--go_out=. --go_opt=module=github.com/nri-handover/nri-handover \
 		--plugin=protoc-gen-go-ttrpc="$$($(GO) tool -n protoc-gen-go-ttrpc)" \
 		--go-ttrpc_out=. --go-ttrpc_opt=module=github.com/nri-handover/nri-handover \
-		handover/api/handover.proto
+		internal/protocol/api/handover.proto
 
 ## proto-check: fail if the committed generated code is stale.
 proto-check:
-	@if command -v protoc >/dev/null; then $(MAKE) -s proto && git diff --exit-code handover/api; \
+	@if command -v protoc >/dev/null; then $(MAKE) -s proto && git diff --exit-code internal/protocol/api; \
 	else echo "protoc not installed; skipping proto-check"; fi
 
 clean:

@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -259,7 +259,7 @@ func (m *ownerMonitor) run() {
 func askOwner(sock string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	cl, err := handover.Dial(ctx, sock)
+	cl, err := protocol.Dial(ctx, sock)
 	if err != nil {
 		return ""
 	}

@@ -4,16 +4,21 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/go-version"
-
-	"github.com/nri-handover/nri-handover/handover/api"
 )
 
 // Policy decides whether a taker may take ownership from the current owner.
-// An owner that is leaving (shutting down) yields to any taker, whatever the
+// A plugin sets its policy with plugin.WithPolicy; any type with these
+// methods is one (the instances' versions are the plugin's own, as given
+// by plugin.WithVersion or -version). An owner that is leaving (shutting down) yields to any taker, whatever the
 // policy, because refusing would leave the node without an owner.
 type Policy interface {
 	// Allow reports whether taker may take over from owner, and why not.
-	Allow(owner, taker *api.Instance) (ok bool, reason string)
+	//
+	// The instances come from peers on the node: Allow must not panic on
+	// any value (e.g. a version that does not parse), and for any two
+	// instances a and b, Allow(a, b) and Allow(b, a) must not both be
+	// true, or racing newcomers could take turns forever.
+	Allow(owner, taker Instance) (ok bool, reason string)
 	// Name is the policy's configuration name.
 	Name() string
 }
@@ -46,12 +51,12 @@ type NewestInstance struct{}
 func (NewestInstance) Name() string { return PolicyNewestInstance }
 
 // Allow implements Policy.
-func (NewestInstance) Allow(owner, taker *api.Instance) (bool, string) {
+func (NewestInstance) Allow(owner, taker Instance) (bool, string) {
 	if newer(taker, owner) {
 		return true, ""
 	}
 	return false, fmt.Sprintf("instance %s started before the owner %s (policy %s)",
-		taker.GetId(), owner.GetId(), PolicyNewestInstance)
+		taker.ID, owner.ID, PolicyNewestInstance)
 }
 
 // NewestVersion lets an instance take over only if its version is not older
@@ -63,14 +68,14 @@ type NewestVersion struct{}
 func (NewestVersion) Name() string { return PolicyNewestVersion }
 
 // Allow implements Policy.
-func (NewestVersion) Allow(owner, taker *api.Instance) (bool, string) {
-	ov, err := version.NewVersion(owner.GetVersion())
+func (NewestVersion) Allow(owner, taker Instance) (bool, string) {
+	ov, err := version.NewVersion(owner.Version)
 	if err != nil {
-		return false, fmt.Sprintf("owner version %q: %v", owner.GetVersion(), err)
+		return false, fmt.Sprintf("owner version %q: %v", owner.Version, err)
 	}
-	tv, err := version.NewVersion(taker.GetVersion())
+	tv, err := version.NewVersion(taker.Version)
 	if err != nil {
-		return false, fmt.Sprintf("taker version %q: %v", taker.GetVersion(), err)
+		return false, fmt.Sprintf("taker version %q: %v", taker.Version, err)
 	}
 	switch {
 	case tv.LessThan(ov):
@@ -84,9 +89,9 @@ func (NewestVersion) Allow(owner, taker *api.Instance) (bool, string) {
 
 // newer reports whether a started after b; the instance id breaks ties so
 // that two instances never both count as newer.
-func newer(a, b *api.Instance) bool {
-	if a.GetStartedUnixNano() != b.GetStartedUnixNano() {
-		return a.GetStartedUnixNano() > b.GetStartedUnixNano()
+func newer(a, b Instance) bool {
+	if !a.Started.Equal(b.Started) {
+		return a.Started.After(b.Started)
 	}
-	return a.GetId() > b.GetId()
+	return a.ID > b.ID
 }

@@ -8,14 +8,14 @@
 # Run them long with
 #   make fuzz FUZZTIME=1h
 # or one of them with
-#   go test -run '^$$' -fuzz '^FuzzHandoverMessages$$' -fuzztime 1h ./handover
+#   go test -run '^$$' -fuzz '^FuzzHandoverMessages$$' -fuzztime 1h ./internal/protocol
 # A failing input is written to the package's testdata/fuzz/<FuzzName>/;
 # commit it (renamed to say what it is) with the fix, as a seed.
 TEST_EXTRA += fuzz
 
 # FUZZTIME, when set, is the budget of every target (a duration or Nx).
 FUZZTIME ?=
-FUZZ_PKGS ?= ./stamp ./handover ./plugin ./test/fuzz
+FUZZ_PKGS ?= ./stamp ./handover ./internal/protocol ./plugin ./test/fuzz
 
 .PHONY: fuzz
 ## fuzz: run every fuzz target for its budget, or FUZZTIME each (go runs one target per invocation).

@@ -12,7 +12,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -206,7 +207,7 @@ var nriEvents = [...]api.Event{
 // the containers no instance of this plugin has stamped, and ownership
 // passes for good only once it has succeeded: an author Synchronize that
 // fails or overruns gives ownership back to the previous owner before the
-// runtime sees the error (handover.Coordinator.ClaimThen).
+// runtime sees the error (protocol.Coordinator.ClaimThen).
 func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p := a.p
 	defer a.syncedOnce.Do(func() { close(a.synced) })
@@ -214,7 +215,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
 		return nil, nil
 	}
-	wasOwner := p.coord.Status().Role == RoleOwner
+	wasOwner := p.coord.Status().Role == hapi.Role_ROLE_OWNER
 	syncer, hasSync := p.author.(stub.SynchronizeInterface)
 	r, hasReconcile := p.author.(ReconcileInterface)
 	reconcile := hasReconcile && !wasOwner
@@ -264,7 +265,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
-	if errors.Is(err, handover.ErrNotReady) {
+	if errors.Is(err, protocol.ErrNotReady) {
 		// The runtime drops an instance whose Synchronize fails, as it
 		// would a bare stub plugin; the harness reconnects later (and a
 		// connection this one was to replace stays in use).
@@ -279,7 +280,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			p.closeQuietly(old) // no event is in flight: the runtime is synchronizing us
 		}
 	}
-	if role != RoleOwner {
+	if role != hapi.Role_ROLE_OWNER {
 		return nil, nil
 	}
 	if !p.coord.OwnsCut(a.tag) {
@@ -358,7 +359,7 @@ func (a *adapter) begin(event eventKind, id string) turn {
 	role := p.coord.Enter()
 	t := turn{a: a}
 	if !a.closed.Load() && a.tag != 0 {
-		t.key = handover.EventKey(uint32(event), id)
+		t.key = protocol.EventKey(uint32(event), id)
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		a.closeRetiring()
@@ -411,7 +412,7 @@ func (a *adapter) closeRetiring() {
 
 // promoteWhenIdle makes this heir connection owner of the cut if no event
 // comes to show it in the runtime's chain (see
-// handover.Coordinator.PromoteWhenIdle), then closes the connection it
+// protocol.Coordinator.PromoteWhenIdle), then closes the connection it
 // replaced, if any.
 func (a *adapter) promoteWhenIdle() {
 	select {
@@ -445,7 +446,7 @@ func (a *adapter) promoteWhenIdle() {
 }
 
 // skip counts and logs an event this instance does not act on.
-func (p *Plugin) skip(event eventKind, id string, role Role) {
+func (p *Plugin) skip(event eventKind, id string, role hapi.Role) {
 	p.skipped.Add(1)
 	p.obs.Event(event, resultSkipped)
 	if p.log.Logger.IsLevelEnabled(logrus.DebugLevel) {

@@ -2,7 +2,12 @@ package plugin
 
 import (
 	"context"
+	"os"
 	"testing"
+	"time"
+
+	"github.com/nri-handover/nri-handover/handover"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // shutdowner is a plugin with only a Shutdown handler.
@@ -26,7 +31,7 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 	if author.calls != 0 {
 		t.Fatalf("Shutdown reached the author of a %v instance", p.Role())
 	}
-	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil); err != nil || role != RoleOwner {
+	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil); err != nil || role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("claim: %v %v", role, err)
 	}
 	// The runtime calls the connection for an event: it is in the chain
@@ -45,19 +50,32 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 	}
 }
 
-// TestInstanceAndStatusAreCopies: what Instance and Status return is the
-// caller's; changing it changes nothing in the plugin.
-func TestInstanceAndStatusAreCopies(t *testing.T) {
+// TestInstanceAndStatusValues: Instance and Status are plain values that
+// say who the instance is and what it is doing, and what a caller does with
+// them changes nothing in the plugin.
+func TestInstanceAndStatusValues(t *testing.T) {
+	before := time.Now()
 	p, err := New(&shutdowner{}, WithVersion("1.0.0"), WithPluginName("copies"), WithPluginIdx("10"),
 		WithHandoverDir(fzRoot(t)), WithInstanceID("a"), WithLogger(fzLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	p.Instance().Id = "changed"
+	in := p.Instance()
+	if in.Plugin != "copies" || in.ID != "a" || in.Version != "1.0.0" || in.PID != os.Getpid() ||
+		in.Started.Before(before.Add(-time.Second)) || in.Started.After(time.Now()) {
+		t.Fatalf("Instance() = %+v", in)
+	}
 	st := p.Status()
-	st.Role, st.Instance.Version = RoleOwner, "9.9.9"
-	if p.Instance().Id != "a" || p.Status().Role != RoleJoining || p.Status().Instance.Version != "1.0.0" {
-		t.Fatalf("the plugin changed with its copies: %v %v", p.Instance(), p.Status())
+	if st.Role != handover.RoleJoining || st.Instance != in || st.LastHandover != nil || st.Leaving {
+		t.Fatalf("Status() of a new instance = %+v", st)
+	}
+	if role, err := p.coord.Claim(context.Background()); err != nil || role != hapi.Role_ROLE_OWNER {
+		t.Fatalf("claim: %v %v", role, err)
+	}
+	st.Role, st.Instance.Version = handover.RoleStandby, "9.9.9"
+	if got := p.Status(); got.Role != handover.RoleOwner || got.Epoch != 1 || got.Instance.Version != "1.0.0" ||
+		got.Reason != "no owner on the node" || p.Role() != handover.RoleOwner {
+		t.Fatalf("Status() of the first owner = %+v, Role() %v", got, p.Role())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/sirupsen/logrus"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkEvent(b *testing.B) {
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
 		b.Fatal(err)
 	}
-	if r := p.Role(); r != RoleOwner {
+	if r := p.Role(); r != handover.RoleOwner {
 		b.Fatalf("role %v after Synchronize, want owner", r)
 	}
 	pod := &api.PodSandbox{Id: "pod-1", Name: "pod", Namespace: "default"}

@@ -56,7 +56,7 @@ func TestFlagsOfAPluginWithoutItsOwn(t *testing.T) {
 	if err := fs.Parse([]string{"-name", "x", "-idx", "10", "-nri-socket", "/s", "-instance", "i"}); err != nil {
 		t.Fatal(err)
 	}
-	if f.Name != "x" || f.Idx != "10" || f.Socket != "/s" || f.Instance != "i" {
+	if f.name != "x" || f.idx != "10" || f.socket != "/s" || f.instance != "i" {
 		t.Fatalf("flags: %+v", f)
 	}
 }
@@ -70,8 +70,8 @@ func TestVersionFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Version().Original() != "3.0.0" {
-		t.Fatalf("version %s, want 3.0.0 from $%s", p.Version(), EnvVersion)
+	if p.Instance().Version != "3.0.0" {
+		t.Fatalf("version %s, want 3.0.0 from $%s", p.Instance().Version, EnvVersion)
 	}
 	p.Close()
 	p, err = New(fzAuthor{}, WithVersion("1.0.0"), WithPluginName("v"), WithPluginIdx("10"), WithHandoverDir(root),
@@ -80,8 +80,8 @@ func TestVersionFromEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if p.Version().Original() != "1.0.0" {
-		t.Fatalf("version %s, want the option's 1.0.0", p.Version())
+	if p.Instance().Version != "1.0.0" {
+		t.Fatalf("version %s, want the option's 1.0.0", p.Instance().Version)
 	}
 }
 

@@ -108,8 +108,8 @@ func FuzzNew(f *testing.F) {
 		}
 		t.Setenv(EnvDir, "")
 
-		flags := &Flags{Name: name, Idx: idx, Instance: instance, Policy: policy,
-			Socket: "/nonexistent/flag.sock", Dir: "/nonexistent/flag-dir", MetricsAddr: ":1"}
+		flags := &Flags{name: name, idx: idx, instance: instance, policy: policy,
+			socket: "/nonexistent/flag.sock", dir: "/nonexistent/flag-dir", metricsAddr: ":1"}
 		opts, err := flags.Options()
 		if _, perr := handover.ParsePolicy(policy); perr != nil {
 			if err == nil || !strings.Contains(err.Error(), strconv.Quote(policy)) {
@@ -194,17 +194,17 @@ func FuzzNew(f *testing.F) {
 		if want != "" {
 			t.Fatalf("New accepted a configuration it must refuse with %q", want)
 		}
-		if p.Name() != wantName || p.Idx() != wantIdx || p.Version().Original() != ver {
-			t.Fatalf("identity %s/%s %s, want %s/%s %s", p.Name(), p.Idx(), p.Version().Original(), wantName, wantIdx, ver)
+		if p.Name() != wantName || p.Idx() != wantIdx || p.Instance().Version != ver {
+			t.Fatalf("identity %s/%s %s, want %s/%s %s", p.Name(), p.Idx(), p.Instance().Version, wantName, wantIdx, ver)
 		}
-		id := p.Instance().Id
+		id := p.Instance().ID
 		if wantID != "" && id != wantID {
 			t.Fatalf("instance id %q, want %q", id, wantID)
 		}
 		if !validInstanceID(id) {
 			t.Fatalf("New accepted instance id %q, which stamps refuse", id)
 		}
-		if p.Status().Role != RoleJoining {
+		if p.Status().Role != handover.RoleJoining {
 			t.Fatalf("a new instance is %v, want joining", p.Status().Role)
 		}
 	})
@@ -238,8 +238,8 @@ func TestInstanceIDValidatedAtStart(t *testing.T) {
 			if err != nil {
 				t.Errorf("no instance id: %v", err)
 			} else {
-				if !validInstanceID(p.Instance().Id) {
-					t.Errorf("random instance id %q is not a valid id", p.Instance().Id)
+				if !validInstanceID(p.Instance().ID) {
+					t.Errorf("random instance id %q is not a valid id", p.Instance().ID)
 				}
 				closeInstance(t, p)
 			}

@@ -39,7 +39,7 @@ func newObserver(p *Plugin) observe.Observer {
 	return observe.New(observe.Info{
 		Plugin: p,
 		Name:   p.cfg.name, Version: p.version.Original(), Instance: p.self.Id, Policy: p.cfg.policy.Name(),
-		Role:  func() Role { return p.coord.Status().Role },
+		Role:  p.Role,
 		Epoch: func() uint64 { return p.coord.Status().Epoch },
 	})
 }

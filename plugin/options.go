@@ -215,7 +215,7 @@ func WithStubOptions(opts ...stub.Option) Option {
 // Flags holds the command-line flags a plugin binary offers for the
 // harness; see RegisterFlags.
 type Flags struct {
-	Name, Idx, Socket, Dir, Instance, Policy, Version, MetricsAddr string
+	name, idx, socket, dir, instance, policy, version, metricsAddr string // the flags' values
 
 	fs      *flag.FlagSet
 	adopted map[*string]string // field -> name of a flag defined before RegisterFlags
@@ -267,14 +267,14 @@ func registerFlags(fs *flag.FlagSet, full bool) *Flags {
 			f.adopted[target] = name // if someone defines it
 		}
 	}
-	nri(&f.Name, "name", "plugin name to register with (default: $NRI_PLUGIN_NAME or the binary name)")
-	nri(&f.Idx, "idx", "plugin index to register with (default: $NRI_PLUGIN_IDX)")
-	nri(&f.Socket, "socket-path", "NRI socket of the runtime (default /var/run/nri/nri.sock)", "nri-socket")
-	def(&f.Dir, "handover-dir", "handover directory shared by the instances (default $"+EnvDir+" or "+handover.DefaultRoot+")")
-	def(&f.Instance, "handover-instance", "instance id (default: $"+EnvInstance+" or random)", "instance")
-	def(&f.Policy, "handover-policy", "who may take over: newest-instance (default) or newest-version (default: $"+EnvPolicy+")", "policy")
-	def(&f.Version, "handover-version", "the plugin's version, reported and stamped (default: $"+EnvVersion+")")
-	def(&f.MetricsAddr, "handover-metrics-addr", "serve /metrics, /healthz and /readyz on this address (default: off)", "metrics-addr")
+	nri(&f.name, "name", "plugin name to register with (default: $NRI_PLUGIN_NAME or the binary name)")
+	nri(&f.idx, "idx", "plugin index to register with (default: $NRI_PLUGIN_IDX)")
+	nri(&f.socket, "socket-path", "NRI socket of the runtime (default /var/run/nri/nri.sock)", "nri-socket")
+	def(&f.dir, "handover-dir", "handover directory shared by the instances (default $"+EnvDir+" or "+handover.DefaultRoot+")")
+	def(&f.instance, "handover-instance", "instance id (default: $"+EnvInstance+" or random)", "instance")
+	def(&f.policy, "handover-policy", "who may take over: newest-instance (default) or newest-version (default: $"+EnvPolicy+")", "policy")
+	def(&f.version, "handover-version", "the plugin's version, reported and stamped (default: $"+EnvVersion+")")
+	def(&f.metricsAddr, "handover-metrics-addr", "serve /metrics, /healthz and /readyz on this address (default: off)", "metrics-addr")
 	return f
 }
 
@@ -288,29 +288,29 @@ func (f *Flags) Options() ([]Option, error) {
 		}
 	}
 	var opts []Option
-	if f.Name != "" {
-		opts = append(opts, WithPluginName(f.Name))
+	if f.name != "" {
+		opts = append(opts, WithPluginName(f.name))
 	}
-	if f.Idx != "" {
-		opts = append(opts, WithPluginIdx(f.Idx))
+	if f.idx != "" {
+		opts = append(opts, WithPluginIdx(f.idx))
 	}
-	if f.Socket != "" {
-		opts = append(opts, WithSocketPath(f.Socket))
+	if f.socket != "" {
+		opts = append(opts, WithSocketPath(f.socket))
 	}
-	if f.Dir != "" {
-		opts = append(opts, WithHandoverDir(f.Dir))
+	if f.dir != "" {
+		opts = append(opts, WithHandoverDir(f.dir))
 	}
-	if f.Instance != "" {
-		opts = append(opts, WithInstanceID(f.Instance))
+	if f.instance != "" {
+		opts = append(opts, WithInstanceID(f.instance))
 	}
-	if f.Version != "" {
-		opts = append(opts, WithVersion(f.Version))
+	if f.version != "" {
+		opts = append(opts, WithVersion(f.version))
 	}
-	if f.MetricsAddr != "" {
-		opts = append(opts, WithMetricsAddr(f.MetricsAddr))
+	if f.metricsAddr != "" {
+		opts = append(opts, WithMetricsAddr(f.metricsAddr))
 	}
-	if f.Policy != "" {
-		p, err := handover.ParsePolicy(f.Policy)
+	if f.policy != "" {
+		p, err := handover.ParsePolicy(f.policy)
 		if err != nil {
 			return nil, err
 		}

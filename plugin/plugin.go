@@ -4,7 +4,8 @@
 // the harness
 //
 //   - registers with the runtime and takes part in the handover protocol
-//     (package handover) from inside its Synchronize call;
+//     (internal; package handover is its public view) from inside its
+//     Synchronize call;
 //   - calls the author's handlers only while this instance owns the plugin,
 //     so that of two instances running side by side exactly one acts on each
 //     event;
@@ -55,15 +56,15 @@ import (
 	nriversion "github.com/containerd/nri/pkg/version"
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/kithook"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/internal/observe"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/stubopt"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -94,17 +95,6 @@ type InDoubtInterface interface {
 	InDoubt(ctx context.Context, event, id string, acting bool)
 }
 
-// Role is the part an instance plays; only RoleOwner acts on events.
-type Role = hapi.Role
-
-// Roles, re-exported from the handover protocol.
-const (
-	RoleJoining = hapi.Role_ROLE_JOINING
-	RoleOwner   = hapi.Role_ROLE_OWNER
-	RoleStandby = hapi.Role_ROLE_STANDBY
-	RoleRetired = hapi.Role_ROLE_RETIRED
-)
-
 // Stats counts what an instance did. All fields only grow.
 type Stats struct {
 	Acted          uint64 // events handed to the author's handlers
@@ -129,8 +119,8 @@ type Plugin struct {
 	handles api.EventMask // events the author implements
 	version *version.Version
 	self    *hapi.Instance
-	dir     *handover.Dir
-	coord   *handover.Coordinator
+	dir     *protocol.Dir
+	coord   *protocol.Coordinator
 	signer  *stamp.Signer
 	// stamper signs this instance's stamps (nil if its version or id
 	// cannot be stamped: then every CreateContainer fails, as Sign says);
@@ -248,7 +238,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	pl.obs = newObserver(pl) // its gauges read pl.coord only when scraped
 
-	dir, err := handover.OpenDir(c.root, c.key)
+	dir, err := protocol.OpenDir(c.root, c.key)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +258,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	}
 	// The test kit may freeze this instance at the protocol's steps.
 	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
-	pl.coord, err = handover.New(handover.Config{
+	pl.coord, err = protocol.New(protocol.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
 		Self:         pl.self,
@@ -401,20 +391,18 @@ func sanitizeID(s string) string {
 	return string(out)
 }
 
-// Instance returns this instance's identity as the handover protocol
-// reports it: a copy, which the caller may keep or change.
-func (p *Plugin) Instance() *hapi.Instance { return proto.Clone(p.self).(*hapi.Instance) }
+// Instance is this instance's identity as its peers see it. Its Version
+// is the plugin's version as given; its Plugin is the plugin's key, the
+// name of its stamp annotation (after the stamp prefix) and of its
+// handover directory: Name itself if that is a valid annotation key
+// segment, else a valid name derived from it, the same for every instance
+// (`nri-handover status --plugin` takes either).
+func (p *Plugin) Instance() handover.Instance { return protocol.PublicInstance(p.self) }
 
 // Name is the plugin name the plugin registers with. Stamps and the
-// handover directory use Key, which is the same unless the name has
-// characters an annotation key cannot carry.
+// handover directory use the key (Instance().Plugin), which is the same
+// unless the name has characters an annotation key cannot carry.
 func (p *Plugin) Name() string { return p.cfg.name }
-
-// Key is the name of the plugin's stamp annotation (after the stamp
-// prefix) and of its handover directory: Name itself if it is a valid
-// annotation key segment, else a valid name derived from it, the same for
-// every instance (`nri-handover status --plugin` takes either).
-func (p *Plugin) Key() string { return p.cfg.key }
 
 // RegistrationTimeout is the runtime's plugin registration timeout, as
 // stub.Stub.RegistrationTimeout: the default until a Configure said
@@ -450,11 +438,8 @@ func (p *Plugin) runtimeInfo() runtimeInfo {
 // Idx is the plugin's registration index.
 func (p *Plugin) Idx() string { return p.cfg.idx }
 
-// Version is the plugin's own version.
-func (p *Plugin) Version() *version.Version { return p.version }
-
 // Role is this instance's current role.
-func (p *Plugin) Role() Role { return p.coord.Status().Role }
+func (p *Plugin) Role() handover.Role { return protocol.PublicRole(p.coord.Status().Role) }
 
 // Ready reports whether this instance owns the plugin and is connected to
 // the runtime, with a reason; use it for a readiness probe so that a
@@ -464,17 +449,14 @@ func (p *Plugin) Ready() (bool, string) {
 	p.stubMu.Lock()
 	connected := p.stub != nil && p.configured
 	p.stubMu.Unlock()
-	if !connected && (ready || p.Role() == RoleOwner) {
+	if !connected && (ready || p.Role() == handover.RoleOwner) {
 		return false, "owner, but not connected to the runtime (reconnecting)"
 	}
 	return ready, why
 }
 
-// Status is this instance's handover state: a copy, which the caller may
-// keep or change.
-func (p *Plugin) Status() *hapi.StatusResponse {
-	return proto.Clone(p.coord.Status()).(*hapi.StatusResponse)
-}
+// Status is a snapshot of this instance's handover state.
+func (p *Plugin) Status() handover.Status { return protocol.PublicStatus(p.coord.Status()) }
 
 // RoleChanged returns a channel that is closed at the next role change.
 func (p *Plugin) RoleChanged() <-chan struct{} { return p.coord.Changed() }
@@ -497,7 +479,7 @@ var ErrNotOwner = errors.New("this instance does not own the plugin")
 // Never call it from inside an event handler: the runtime holds its lock
 // for the event then, and the call would deadlock.
 func (p *Plugin) UpdateContainers(updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	if p.Role() != RoleOwner {
+	if p.Role() != handover.RoleOwner {
 		return nil, ErrNotOwner
 	}
 	p.stubMu.Lock()
@@ -753,7 +735,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 		case <-c.closed:
 			return lost
 		case <-p.catchUp:
-			if p.Role() != RoleOwner {
+			if p.Role() != handover.RoleOwner {
 				continue
 			}
 			return catchUp
@@ -764,7 +746,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 				p.log.WithField("reason", reason).Debug("resync not needed: a Synchronize is in progress")
 				continue
 			}
-			if role := p.Role(); role != RoleStandby {
+			if role := p.Role(); role != handover.RoleStandby {
 				p.log.WithFields(logrus.Fields{"reason": reason, "role": role.String()}).Debug("resync not needed")
 				continue
 			}

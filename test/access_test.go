@@ -36,7 +36,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -161,7 +162,7 @@ func childNewPlugin(args []string) string {
 func childCall(args []string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cl, err := handover.Dial(ctx, args[0])
+	cl, err := protocol.Dial(ctx, args[0])
 	if err != nil {
 		return "dial: " + err.Error()
 	}
@@ -195,7 +196,7 @@ func childCall(args []string) string {
 func TestHandoverSocketAccess(t *testing.T) {
 	n := newNode(t)
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	dir := filepath.Join(n.root, "audit")
 	sock := filepath.Join(dir, "instances", "a.sock")
 	modes := map[string]os.FileMode{
@@ -255,7 +256,7 @@ func TestHandoverSocketAccess(t *testing.T) {
 		!strings.Contains(out, "status: ") || !strings.Contains(out, "yield: ") {
 		t.Errorf("uid 65534, modes opened: %q, want the connection made and both calls refused", out)
 	}
-	if st := a.p.Status(); st.Role != plugin.RoleOwner || len(st.Watchers) != 0 || st.LastHandover != nil {
+	if st := a.p.Status(); st.Role != handover.RoleOwner || len(st.Watchers) != 0 || st.LastHandover != nil {
 		t.Errorf("the owner was disturbed: %v", st)
 	}
 	n.lifecycles(2)
@@ -292,7 +293,7 @@ func TestStampKeyNeverReplaced(t *testing.T) {
 	n := newNode(t)
 	path := filepath.Join(n.root, "audit", "stamp.key")
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	first := readKeyState(t, path)
 	if first.mode != 0o600 || len(first.content) != stamp.KeySize {
 		t.Fatalf("key: mode %v, %d bytes; want 0600, %d", first.mode, len(first.content), stamp.KeySize)
@@ -308,16 +309,16 @@ func TestStampKeyNeverReplaced(t *testing.T) {
 	prev := a
 	for i, v := range []string{"2.0.0", "1.0.0", "3.0.0", "3.0.0"} {
 		r := n.start(fmt.Sprintf("i%d", i), v)
-		waitRole(t, r, plugin.RoleOwner)
-		check("after instance " + r.p.Instance().Id + " took over")
+		waitRole(t, r, handover.RoleOwner)
+		check("after instance " + r.p.Instance().ID + " took over")
 		n.lifecycles(1)
 		prev.stop(t)
-		check("after " + prev.p.Instance().Id + " stopped")
+		check("after " + prev.p.Instance().ID + " stopped")
 		prev = r
 	}
 	prev.stop(t)
 	again := n.start("a", "1.0.0") // the first id again, alone on the node
-	waitRole(t, again, plugin.RoleOwner)
+	waitRole(t, again, handover.RoleOwner)
 	check("after a restart of the first instance")
 	n.lifecycles(1)
 	n.check()
@@ -439,7 +440,7 @@ func TestInvalidStampsAreIgnoredLoggedCounted(t *testing.T) {
 	unattended := n.rt.Issued()
 	author := newSyncAuthor(n, "a", "1.0.0")
 	a := n.startAuthor("a", "1.0.0", author)
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if got := <-author.synced; fmt.Sprint(got) != fmt.Sprint(early) {
 		t.Errorf("Synchronize handed %v to the author, want the containers with invalid stamps %v", got, early)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/plugin/plugintest"
 )
@@ -92,7 +93,7 @@ func TestPromotedOwnerCatchesUp(t *testing.T) {
 		select {
 		case ids := <-synced:
 			if slices.Contains(ids, orphan.Id) {
-				if v1.Plugin().Role() != plugin.RoleOwner {
+				if v1.Plugin().Role() != handover.RoleOwner {
 					t.Fatalf("v1 caught up as %v, want owner", v1.Plugin().Role())
 				}
 				return // caught up

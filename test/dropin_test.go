@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
@@ -43,7 +44,7 @@ func TestValidatorOnlyOnTheOwner(t *testing.T) {
 	n := newNode(t)
 	va, vb := &validator{}, &validator{}
 	a := n.startAuthor("a", "1.0.0", va)
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	create := func(name string, ann map[string]string) error {
 		t.Helper()
 		pod, err := n.rt.RunPod(context.Background(), name)
@@ -66,7 +67,7 @@ func TestValidatorOnlyOnTheOwner(t *testing.T) {
 	}
 
 	b := n.startAuthor("b", "2.0.0", vb)
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 	if err := create("bad2", map[string]string{"reject": "yes"}); !errors.As(err, &rej) {
 		t.Fatalf("after the handover, container the validator refuses: %v", err)
 	}
@@ -205,9 +206,9 @@ func TestNameNRIAcceptsIsAccepted(t *testing.T) {
 	const name = "abcd-0123+EFGH_4567.ijkl"
 	n := newNode(t)
 	a := n.start("a", "1.0.0", plugin.WithPluginName(name))
-	waitRole(t, a, plugin.RoleOwner)
-	if a.p.Name() != name || a.p.Key() != names.Key(name) || a.p.Key() == name {
-		t.Fatalf("Name %q Key %q, want %q and %q", a.p.Name(), a.p.Key(), name, names.Key(name))
+	waitRole(t, a, handover.RoleOwner)
+	if a.p.Name() != name || a.p.Instance().Plugin != names.Key(name) || a.p.Instance().Plugin == name {
+		t.Fatalf("Name %q Key %q, want %q and %q", a.p.Name(), a.p.Instance().Plugin, name, names.Key(name))
 	}
 	pod, err := n.rt.RunPod(context.Background(), "p")
 	if err != nil {
@@ -222,7 +223,7 @@ func TestNameNRIAcceptsIsAccepted(t *testing.T) {
 		t.Fatalf("no stamp under %s: %v", key, c.GetAnnotations())
 	}
 	b := n.start("b", "2.0.0", plugin.WithPluginName(name))
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 }
 
 // TestStubAccessors: the runtime's name, version, NRI version and
@@ -233,7 +234,7 @@ func TestStubAccessors(t *testing.T) {
 	if a.p.RegistrationTimeout() != stub.DefaultRegistrationTimeout || a.p.RequestTimeout() != stub.DefaultRequestTimeout {
 		t.Fatalf("before Configure: timeouts %v %v, want the stub's defaults", a.p.RegistrationTimeout(), a.p.RequestTimeout())
 	}
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if a.p.RuntimeName() != "sim" || a.p.RuntimeVersion() != "v0" {
 		t.Fatalf("runtime %q %q, want sim v0", a.p.RuntimeName(), a.p.RuntimeVersion())
 	}

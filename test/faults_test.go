@@ -32,8 +32,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	fp "github.com/nri-handover/nri-handover/internal/failpoint"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -51,7 +52,7 @@ const (
 
 // failpoint is the environment that makes a process kill or stop itself at
 // a protocol step.
-func failpoint(step handover.Step, action string) []string {
+func failpoint(step protocol.Step, action string) []string {
 	return []string{fp.Env + "=" + string(step) + ":" + action}
 }
 
@@ -215,17 +216,17 @@ func TestFaultMatrix(t *testing.T) {
 
 	t.Run("control: no fault", func(t *testing.T) { oldOwnerFault(t, bins, m, "", "") })
 	t.Run("old owner killed before", func(t *testing.T) { oldOwnerKilledIdle(t, bins, m) })
-	for _, step := range []handover.Step{handover.StepYieldReceived, handover.StepYieldDecided} {
+	for _, step := range []protocol.Step{protocol.StepYieldReceived, protocol.StepYieldDecided} {
 		t.Run("old owner killed at "+string(step), func(t *testing.T) { oldOwnerFault(t, bins, m, step, "kill") })
 	}
 	t.Run("old owner killed after", func(t *testing.T) { oldOwnerKilledAfter(t, bins, m) })
-	for _, step := range []handover.Step{handover.StepYieldReceived, handover.StepYieldDecided} {
+	for _, step := range []protocol.Step{protocol.StepYieldReceived, protocol.StepYieldDecided} {
 		t.Run("old owner hung at "+string(step), func(t *testing.T) { oldOwnerFault(t, bins, m, step, "stop") })
 	}
-	for _, step := range []handover.Step{handover.StepClaimLocked, handover.StepYieldAnswered, handover.StepPublished, handover.StepOwner} {
+	for _, step := range []protocol.Step{protocol.StepClaimLocked, protocol.StepYieldAnswered, protocol.StepPublished, protocol.StepOwner} {
 		t.Run("newcomer killed at "+string(step), func(t *testing.T) { newcomerKilled(t, bins, m, step) })
 	}
-	for _, step := range []handover.Step{handover.StepClaimLocked, handover.StepYieldAnswered, handover.StepPublished, handover.StepOwner} {
+	for _, step := range []protocol.Step{protocol.StepClaimLocked, protocol.StepYieldAnswered, protocol.StepPublished, protocol.StepOwner} {
 		t.Run("newcomer hung at "+string(step), func(t *testing.T) { newcomerHung(t, bins, m, step) })
 	}
 	t.Run("new owner killed after the switch", func(t *testing.T) { newOwnerKilled(t, bins, m) })
@@ -241,7 +242,7 @@ func TestFaultMatrix(t *testing.T) {
 // by the old owner up to the newcomer's Synchronize, by the newcomer after.
 // A stopped owner is dropped by the runtime at its next event (one request
 // timeout: the only timeout allowed); thawed, it acts on nothing.
-func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, action string) {
+func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step protocol.Step, action string) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	opts := sim.Options{}
@@ -311,7 +312,7 @@ func oldOwnerFault(t *testing.T, bins binaries, m *matrix, step handover.Step, a
 // takes ownership back; events delivered between the newcomer's death and
 // that promotion may be missed (the detection window), none twice. A clean
 // newcomer then takes over normally.
-func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) {
+func newcomerKilled(t *testing.T, bins binaries, m *matrix, step protocol.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{}, nil, 200)
@@ -323,7 +324,7 @@ func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) 
 	}
 	died := time.Now()
 	var window time.Duration
-	if step == handover.StepClaimLocked {
+	if step == protocol.StepClaimLocked {
 		// The owner was never asked: it still owns.
 		if !n.owns(ctx, old.id) {
 			t.Errorf("%s lost ownership to a newcomer that died before asking", old.id)
@@ -344,7 +345,7 @@ func newcomerKilled(t *testing.T, bins binaries, m *matrix, step handover.Step) 
 		}
 	}
 	back := "kept owning"
-	if step != handover.StepClaimLocked {
+	if step != protocol.StepClaimLocked {
 		back = "owns again " + ms(window) + " after the newcomer died"
 	}
 	m.add("%-36s old owner %s (%s); second newcomer owns %s after its start; %s",
@@ -382,7 +383,7 @@ func (p *proc) thawAlways(t *testing.T) {
 // B1: nobody owned the plugin until the newcomer was thawed). Thawed, the
 // newcomer reconnects, claims again and owns; nothing is ever acted on
 // twice.
-func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
+func newcomerHung(t *testing.T, bins binaries, m *matrix, step protocol.Step) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
@@ -395,7 +396,7 @@ func newcomerHung(t *testing.T, bins binaries, m *matrix, step handover.Step) {
 	s.waitEvents(ctx, t, n.rt.Stats().Events+1)
 	resumed := time.Now()
 	back := "kept owning"
-	if step == handover.StepClaimLocked {
+	if step == protocol.StepClaimLocked {
 		if !n.owns(ctx, old.id) {
 			t.Errorf("%s lost ownership to a newcomer hung before asking", old.id)
 		}
@@ -545,7 +546,7 @@ func racingNewcomers(t *testing.T, bins binaries, m *matrix) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		roles[p.id] = handover.RoleName(st.Role)
+		roles[p.id] = protocol.RoleName(st.Role)
 		if p != newest && st.Role == hapi.Role_ROLE_OWNER {
 			t.Errorf("%s also says it owns the plugin: %v", p.id, st)
 		}
@@ -625,7 +626,7 @@ func lastLine(s string) string {
 // acted on once.
 func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	n := newNode(t)
-	dir, err := handover.OpenDir(n.root, "audit")
+	dir, err := protocol.OpenDir(n.root, "audit")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -652,7 +653,7 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	gen.Close()
 
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if st := a.p.Status(); st.Epoch != 8 || st.Reason != "no owner on the node" {
 		t.Fatalf("restarted instance: epoch %d, %q; want epoch 8 after the crashed owner's 7", st.Epoch, st.Reason)
 	}
@@ -661,8 +662,8 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 	}
 	n.lifecycles(3)
 	b := n.start("b", "2.0.0")
-	waitRole(t, b, plugin.RoleOwner)
-	waitRole(t, a, plugin.RoleRetired)
+	waitRole(t, b, handover.RoleOwner)
+	waitRole(t, a, handover.RoleRetired)
 	n.lifecycles(3)
 	rep := n.check()
 	if rep.ByInstance["a"] == 0 || rep.ByInstance["b"] == 0 {
@@ -680,7 +681,7 @@ func TestStaleFilesOfACrashedOwner(t *testing.T) {
 func TestHandoverDirFaults(t *testing.T) {
 	n := newNode(t)
 	owner := n.start("owner", "1.0.0")
-	waitRole(t, owner, plugin.RoleOwner)
+	waitRole(t, owner, handover.RoleOwner)
 	tmp := testutil.ShortTempDir(t, "nhd-")
 	// Instances in other directories never reach the runtime: no second
 	// owner of the plugin may appear there.
@@ -944,12 +945,12 @@ func TestRuntimeRestart(t *testing.T) {
 		return n.startAuthor(id, ver, authors[id], viaProxy, pol)
 	}
 	a := start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	b := start("b", "2.0.0")
-	waitRole(t, b, plugin.RoleOwner)
-	waitRole(t, a, plugin.RoleRetired)
+	waitRole(t, b, handover.RoleOwner)
+	waitRole(t, a, handover.RoleRetired)
 	c := start("c", "1.5.0")
-	waitRole(t, c, plugin.RoleStandby)
+	waitRole(t, c, handover.RoleStandby)
 	if err := n.rt.WaitPlugins(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -957,9 +958,9 @@ func TestRuntimeRestart(t *testing.T) {
 	<-authors["b"].synced
 	roles := func(when string) {
 		t.Helper()
-		for r, want := range map[*running]plugin.Role{a: plugin.RoleRetired, b: plugin.RoleOwner, c: plugin.RoleStandby} {
+		for r, want := range map[*running]handover.Role{a: handover.RoleRetired, b: handover.RoleOwner, c: handover.RoleStandby} {
 			if got := r.p.Role(); got != want {
-				t.Errorf("%s: %s is %v, want %v", when, r.p.Instance().Id, got, want)
+				t.Errorf("%s: %s is %v, want %v", when, r.p.Instance().ID, got, want)
 			}
 		}
 		if !n.owns(b) {
@@ -1026,7 +1027,7 @@ func TestRuntimeRestart(t *testing.T) {
 	}
 	for _, r := range []*running{a, b, c} {
 		if st := r.p.Stats(); st.Disconnects != 1 {
-			t.Errorf("%s: %d disconnects, want 1", r.p.Instance().Id, st.Disconnects)
+			t.Errorf("%s: %d disconnects, want 1", r.p.Instance().ID, st.Disconnects)
 		}
 	}
 	for i, id := range long {
@@ -1091,7 +1092,7 @@ func TestRuntimeRestartsReconnectPromptly(t *testing.T) {
 	defer cancel()
 	px := newNRIProxy(t, n.rt.SocketPath())
 	a := n.start("a", "1.0.0", plugin.WithSocketPath(px.path))
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if err := n.rt.WaitPlugins(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -1127,7 +1128,7 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 	ctx, cancel := context.WithTimeout(context.Background(), faultTimeout)
 	defer cancel()
 	n, old, s := loadedOwner(ctx, t, bins, sim.Options{RequestTimeout: hungRequestTimeout}, nil, 200)
-	hung := n.startProcEnv("audit-hung", "2.0.0", failpoint(handover.StepClaimLocked, "stop"))
+	hung := n.startProcEnv("audit-hung", "2.0.0", failpoint(protocol.StepClaimLocked, "stop"))
 	hung.waitStopped(ctx, t)
 	s.waitEvents(ctx, t, n.rt.Stats().Events+1) // the runtime gave up on it
 	second := n.startPlugin("audit-second", "2.0.0")
@@ -1193,26 +1194,26 @@ func lockHolderHung(t *testing.T, bins binaries, m *matrix) {
 // runtime connection.)
 func TestClaimBoundedByItsBudget(t *testing.T) {
 	root := testutil.ShortTempDir(t, "nhc-")
-	dir, err := handover.OpenDir(root, "demo")
+	dir, err := protocol.OpenDir(root, "demo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := logrus.NewEntry(logrus.New())
 	log.Logger.SetOutput(io.Discard)
-	a, err := handover.New(handover.Config{Dir: dir, Log: log,
+	a, err := protocol.New(protocol.Config{Dir: dir, Log: log,
 		Self: &hapi.Instance{Plugin: "demo", Id: "a", Version: "1.0.0", StartedUnixNano: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	if role, err := a.Claim(context.Background()); role != plugin.RoleOwner {
+	if role, err := a.Claim(context.Background()); role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("first claim: %v %v", role, err)
 	}
 	const budget = 200 * time.Millisecond
-	b, err := handover.New(handover.Config{Dir: dir, Log: log, ClaimTimeout: budget,
+	b, err := protocol.New(protocol.Config{Dir: dir, Log: log, ClaimTimeout: budget,
 		Self: &hapi.Instance{Plugin: "demo", Id: "b", Version: "2.0.0", StartedUnixNano: 2},
-		Failpoint: func(s handover.Step) {
-			if s == handover.StepClaimLocked {
+		Failpoint: func(s protocol.Step) {
+			if s == protocol.StepClaimLocked {
 				time.Sleep(budget + 50*time.Millisecond) // frozen between two steps
 			}
 		}})
@@ -1226,7 +1227,7 @@ func TestClaimBoundedByItsBudget(t *testing.T) {
 	start := time.Now()
 	role, _ := b.Claim(ctx)
 	took := time.Since(start)
-	if role == plugin.RoleOwner || a.Status().Role != plugin.RoleOwner {
+	if role == hapi.Role_ROLE_OWNER || a.Status().Role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("a claim with a %v budget asked the owner to yield after %v and took ownership (%s): a claim "+
 			"delayed after the claim lock must give up, or it can move ownership after the runtime gave up on its "+
 			"Synchronize (this was B4)", budget, took.Round(time.Millisecond), b.Status().Reason)

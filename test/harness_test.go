@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -56,7 +56,7 @@ func TestReconcileSeesExactlyOlderStamps(t *testing.T) {
 	n := newNode(t)
 	ctx := context.Background()
 	v1 := n.start("a-v1", "1.0.0")
-	waitRole(t, v1, plugin.RoleOwner)
+	waitRole(t, v1, handover.RoleOwner)
 	if got := <-v1.author.(*reconciler).got; len(got) != 0 {
 		t.Fatalf("first owner reconciled %v, want nothing", got)
 	}
@@ -75,7 +75,7 @@ func TestReconcileSeesExactlyOlderStamps(t *testing.T) {
 	sort.Strings(byV1)
 
 	v2 := n.start("b-v2", "2.0.0")
-	waitRole(t, v2, plugin.RoleOwner)
+	waitRole(t, v2, handover.RoleOwner)
 	if got := <-v2.author.(*reconciler).got; fmt.Sprint(got) != fmt.Sprint(byV1) {
 		t.Fatalf("v2 reconciled %v, want %v", got, byV1)
 	}
@@ -89,7 +89,7 @@ func TestReconcileSeesExactlyOlderStamps(t *testing.T) {
 	v2.stop(t)
 
 	v2b := n.start("c-v2", "2.0.0")
-	waitRole(t, v2b, plugin.RoleOwner)
+	waitRole(t, v2b, handover.RoleOwner)
 	got := <-v2b.author.(*reconciler).got
 	if fmt.Sprint(got) != fmt.Sprint(byV1) {
 		t.Fatalf("second v2 reconciled %v, want only v1's %v (not %s)", got, byV1, c.Id)
@@ -103,7 +103,7 @@ func TestForgedStampDoesNotMakeThePluginSkip(t *testing.T) {
 	n := newNode(t)
 	ctx := context.Background()
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	key, _ := stamp.AnnotationKey("audit")
 	pod, err := n.rt.RunPod(ctx, "p")
 	if err != nil {
@@ -147,10 +147,10 @@ func TestDowngradePolicy(t *testing.T) {
 	t.Run("allowed", func(t *testing.T) {
 		n := newNode(t)
 		v2 := n.start("a-v2", "2.0.0")
-		waitRole(t, v2, plugin.RoleOwner)
+		waitRole(t, v2, handover.RoleOwner)
 		v1 := n.start("b-v1", "1.0.0")
-		waitRole(t, v1, plugin.RoleOwner)
-		waitRole(t, v2, plugin.RoleRetired)
+		waitRole(t, v1, handover.RoleOwner)
+		waitRole(t, v2, handover.RoleRetired)
 		n.lifecycles(5)
 		rep := n.check()
 		if rep.ByVersion["2.0.0"] != 0 {
@@ -165,15 +165,15 @@ func TestTwoNewcomersAtOnce(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		n := newNode(t)
 		a := n.start(fmt.Sprintf("a%d", round), "1.0.0")
-		waitRole(t, a, plugin.RoleOwner)
+		waitRole(t, a, handover.RoleOwner)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); n.lifecycles(30) }()
 		b := n.start(fmt.Sprintf("b%d", round), "2.0.0")
 		c := n.start(fmt.Sprintf("c%d", round), "2.0.0") // started last: newest
-		waitRole(t, c, plugin.RoleOwner)
+		waitRole(t, c, handover.RoleOwner)
 		wg.Wait()
-		if b.p.Role() == plugin.RoleOwner || a.p.Role() == plugin.RoleOwner {
+		if b.p.Role() == handover.RoleOwner || a.p.Role() == handover.RoleOwner {
 			t.Fatalf("round %d: roles a=%v b=%v c=%v", round, a.p.Role(), b.p.Role(), c.p.Role())
 		}
 		n.check()
@@ -185,14 +185,14 @@ func TestTwoNewcomersAtOnce(t *testing.T) {
 func TestStandbyTakesOverWhenOwnerStops(t *testing.T) {
 	n, v2, v1 := refusedStandby(t)
 	// Wait until the owner knows its standby, as the standby's watch says.
-	testutil.WaitStatus(t, v2.p, "the standby to watch the owner", func(st *hapi.StatusResponse) bool {
+	testutil.WaitStatus(t, v2.p, "the standby to watch the owner", func(st handover.Status) bool {
 		return len(st.Watchers) != 0
 	})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); n.lifecycles(40) }()
 	v2.stop(t)
-	waitRole(t, v1, plugin.RoleOwner)
+	waitRole(t, v1, handover.RoleOwner)
 	wg.Wait()
 	rep := n.check()
 	if rep.ByVersion["1.0.0"] == 0 {
@@ -223,7 +223,7 @@ func TestContainerStampedByAnotherInstanceIsSkipped(t *testing.T) {
 	n := newNode(t)
 	ctx := context.Background()
 	a := n.start("a", "2.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 
 	signer := n.signer()
 	s, err := stub.New(&intruder{signer: signer}, stub.WithPluginName("audit"), stub.WithPluginIdx("09"),
@@ -275,14 +275,14 @@ func TestIdentityFromNRIEnvironment(t *testing.T) {
 	}
 	r := &running{p: p, run: testutil.Run(p)}
 	t.Cleanup(func() { _ = r.run.Stop() })
-	waitRole(t, r, plugin.RoleOwner)
+	waitRole(t, r, handover.RoleOwner)
 	if p.Name() != "audit" || p.Idx() != "10" {
 		t.Fatalf("identity %s/%s, want audit/10", p.Name(), p.Idx())
 	}
 	r.stop(t)
 
 	same := n.start("same-again", "1.0.0", plugin.WithLeaveTimeout(time.Millisecond)) // WithPluginName("audit"), WithPluginIdx("10") as well
-	waitRole(t, same, plugin.RoleOwner)
+	waitRole(t, same, handover.RoleOwner)
 	same.stop(t)
 
 	_, err = plugin.New(n.auditPlugin("x", "1.0.0"), plugin.WithVersion("1.0.0"), plugin.WithPluginIdx("20"),

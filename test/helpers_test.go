@@ -24,7 +24,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -83,7 +82,7 @@ type running struct {
 func (r *running) stop(t *testing.T) {
 	t.Helper()
 	if err := r.run.Stop(); err != nil {
-		t.Errorf("%s: Run returned %v", r.p.Instance().Id, err)
+		t.Errorf("%s: Run returned %v", r.p.Instance().ID, err)
 	}
 }
 
@@ -191,16 +190,16 @@ func runBriefly(t *testing.T, p *plugin.Plugin) {
 }
 
 // waitRole waits on change notifications until r has role.
-func waitRole(t *testing.T, r *running, role plugin.Role) {
+func waitRole(t *testing.T, r *running, role handover.Role) {
 	t.Helper()
-	testutil.WaitStatus(t, r.p, "role "+role.String(), func(st *hapi.StatusResponse) bool { return st.Role == role })
+	testutil.WaitStatus(t, r.p, "role "+role.String(), func(st handover.Status) bool { return st.Role == role })
 }
 
 // waitReady waits on change notifications until r is ready: it owns the
 // plugin and its claim has settled (the author's Synchronize returned).
 func waitReady(t *testing.T, r *running) {
 	t.Helper()
-	testutil.WaitStatus(t, r.p, "ready", func(*hapi.StatusResponse) bool { ok, _ := r.p.Ready(); return ok })
+	testutil.WaitStatus(t, r.p, "ready", func(handover.Status) bool { ok, _ := r.p.Ready(); return ok })
 }
 
 // refusedStandby starts a node with an owner, a-v2 (2.0.0), and a newcomer
@@ -211,9 +210,9 @@ func refusedStandby(t *testing.T) (n *node, owner, standby *running) {
 	n = newNode(t)
 	pol := plugin.WithPolicy(handover.NewestVersion{})
 	owner = n.start("a-v2", "2.0.0", pol)
-	waitRole(t, owner, plugin.RoleOwner)
+	waitRole(t, owner, handover.RoleOwner)
 	standby = n.start("b-v1", "1.0.0", pol)
-	waitRole(t, standby, plugin.RoleStandby)
+	waitRole(t, standby, handover.RoleStandby)
 	return n, owner, standby
 }
 
@@ -263,7 +262,7 @@ func (n *node) checkSince(before map[sim.EventKey]int) sim.Report {
 // owns reports whether an in-process instance owns the plugin and the owner
 // name leads to it.
 func (n *node) owns(r *running) bool {
-	return r.p.Role() == plugin.RoleOwner && ownerNameLeadsTo(n.root, r.p.Instance().Id)
+	return r.p.Role() == handover.RoleOwner && ownerNameLeadsTo(n.root, r.p.Instance().ID)
 }
 
 // signer is the stamp signer of the node's audit plugin, with the key in

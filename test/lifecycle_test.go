@@ -37,16 +37,16 @@ func TestStartStopWait(t *testing.T) {
 		t.Fatal("a second Start was accepted")
 	}
 	a := &running{p: p}
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	n.lifecycles(1)
 	b := n.start("b", "1.0.0", newest)
-	waitRole(t, b, plugin.RoleStandby)
+	waitRole(t, b, handover.RoleStandby)
 
 	p.Stop()
-	if p.Role() != plugin.RoleRetired {
+	if p.Role() != handover.RoleRetired {
 		t.Fatalf("after Stop: role %v", p.Role())
 	}
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 	p.Wait() // returns: stopped
 	n.lifecycles(1)
 	n.check()
@@ -122,9 +122,9 @@ func TestSIGTERMHandsOverWithBackgroundContext(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- p.Run(context.Background()) }()
 	a := &running{p: p}
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	b := n.start("b", "1.0.0", newest)
-	waitRole(t, b, plugin.RoleStandby)
+	waitRole(t, b, handover.RoleStandby)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -136,5 +136,5 @@ func TestSIGTERMHandsOverWithBackgroundContext(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Run(context.Background()) did not stop on SIGTERM")
 	}
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 }

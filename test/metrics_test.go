@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nri-handover/nri-handover/plugin"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/plugin/metrics"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -31,7 +31,7 @@ func get(t *testing.T, url string) (int, string) {
 func TestMetricsFollowAHandover(t *testing.T) {
 	n := newNode(t)
 	a := n.start("a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	sa := httptest.NewServer(metrics.Handler(a.p))
 	defer sa.Close()
 
@@ -52,7 +52,7 @@ func TestMetricsFollowAHandover(t *testing.T) {
 	}
 
 	b := n.start("b", "2.0.0")
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 	sb := httptest.NewServer(metrics.Handler(b.p))
 	defer sb.Close()
 	n.lifecycles(2)

@@ -12,9 +12,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/testutil"
-	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/plugin/metrics"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
 )
@@ -53,7 +52,7 @@ func TestFailedNewcomerChangesNothing(t *testing.T) {
 		t.Run(map[bool]string{false: "error", true: "hang"}[hang], func(t *testing.T) {
 			n := newNode(t)
 			v1 := n.start("a-v1", "1.0.0")
-			waitRole(t, v1, plugin.RoleOwner)
+			waitRole(t, v1, handover.RoleOwner)
 
 			ctx, stop := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
@@ -86,7 +85,7 @@ func TestFailedNewcomerChangesNothing(t *testing.T) {
 			}
 			stop()
 			wg.Wait()
-			testutil.WaitStatus(t, v1.p, "v1 owner", func(st *hapi.StatusResponse) bool { return st.Role == plugin.RoleOwner })
+			testutil.WaitStatus(t, v1.p, "v1 owner", func(st handover.Status) bool { return st.Role == handover.RoleOwner })
 			if !n.owns(v1) {
 				t.Fatal("v1 does not own the plugin after the broken newcomer's tries")
 			}

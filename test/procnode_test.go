@@ -25,8 +25,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 )
@@ -411,7 +411,7 @@ func stopPod(ctx context.Context, t *testing.T, p *proc) time.Duration {
 func (n *procNode) statusOf(ctx context.Context, id string) (*hapi.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	cl, err := handover.Dial(ctx, instanceSocket(n.root, id))
+	cl, err := protocol.Dial(ctx, instanceSocket(n.root, id))
 	if err != nil {
 		return nil, err
 	}

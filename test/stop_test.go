@@ -9,7 +9,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
@@ -46,8 +46,8 @@ func TestStoppingOwnerWaitsForSuccessor(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- v1.run.Stop() }()
-	testutil.WaitStatus(t, v1.p, "v1 leaving", func(st *hapi.StatusResponse) bool { return st.Leaving })
-	if v1.p.Role() != plugin.RoleOwner {
+	testutil.WaitStatus(t, v1.p, "v1 leaving", func(st handover.Status) bool { return st.Leaving })
+	if v1.p.Role() != handover.RoleOwner {
 		t.Fatalf("a stopping owner with no successor yet is %s, want it to keep owning", v1.p.Role())
 	}
 	// Events while it waits: only v1 runs, so the ledger check at the end
@@ -61,7 +61,7 @@ func TestStoppingOwnerWaitsForSuccessor(t *testing.T) {
 		t.Fatalf("v1's Run: %v", err)
 	}
 	waitReady(t, v2)
-	if h := v1.p.Status().LastHandover; h.GetToId() != "b-v1" {
+	if h := v1.p.Status().LastHandover; h == nil || h.ToID != "b-v1" {
 		t.Fatalf("v1's last handover %v, want to b-v1", h)
 	}
 	stopLoad()
@@ -98,7 +98,7 @@ func TestStuckHandlerDoesNotBlockStop(t *testing.T) {
 	t.Cleanup(func() { close(author.release) })
 	const leave = time.Second
 	v1 := n.startAuthor("a-v1", "1.0.0", author, plugin.WithLeaveTimeout(leave))
-	waitRole(t, v1, plugin.RoleOwner)
+	waitRole(t, v1, handover.RoleOwner)
 	go func() { _ = n.rt.Lifecycle(context.Background(), "stuck", 1) }() // ends once the runtime drops v1
 	<-author.entered
 

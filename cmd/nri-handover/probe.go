@@ -17,9 +17,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/names"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -216,10 +216,10 @@ func check(ctx context.Context, mode, root, name, id string, timeout time.Durati
 		// back if the new one died before it had been available for
 		// minReadySeconds.
 		fctx, cancel := context.WithTimeout(ctx, timeout)
-		succ, ok := handover.LiveFallback(fctx, d, st)
+		succ, ok := protocol.LiveFallback(fctx, d, st)
 		cancel()
 		if ok {
-			return true, handover.FallbackReason(succ)
+			return true, protocol.FallbackReason(succ)
 		}
 	}
 	if st.GetRole() != hapi.Role_ROLE_OWNER {
@@ -258,7 +258,7 @@ func started(ctx context.Context, root, name, id string, timeout time.Duration) 
 // describe says what an instance is doing, as Coordinator.Ready does:
 // "owner since epoch 4", "standby: <why>".
 func describe(st *hapi.StatusResponse) string {
-	role := handover.RoleName(st.GetRole())
+	role := protocol.RoleName(st.GetRole())
 	var s string
 	switch {
 	case st.GetRole() == hapi.Role_ROLE_OWNER:

@@ -22,8 +22,9 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/names"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -318,8 +319,8 @@ func listPlugins(root string) ([]string, error) {
 }
 
 // openExisting opens the handover directory of a plugin that has one
-// already; it never creates directories (handover.OpenDir would).
-func openExisting(root, name string) (*handover.Dir, error) {
+// already; it never creates directories (protocol.OpenDir would).
+func openExisting(root, name string) (*protocol.Dir, error) {
 	for _, p := range []string{root, filepath.Join(root, name), filepath.Join(root, name, "instances")} {
 		info, err := os.Stat(p)
 		switch {
@@ -333,7 +334,7 @@ func openExisting(root, name string) (*handover.Dir, error) {
 			return nil, fmt.Errorf("%s is not a directory", p)
 		}
 	}
-	return handover.OpenDir(root, name)
+	return protocol.OpenDir(root, name)
 }
 
 func collectStatus(ctx context.Context, root, only string, timeout time.Duration) (*statusReport, error) {
@@ -373,9 +374,9 @@ type queryResult struct {
 func query(ctx context.Context, path string, timeout time.Duration) queryResult {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cl, err := handover.Dial(ctx, path)
+	cl, err := protocol.Dial(ctx, path)
 	switch {
-	case errors.Is(err, handover.ErrNoInstance):
+	case errors.Is(err, protocol.ErrNoInstance):
 		if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
 			return queryResult{state: stateGone, err: "socket removed: the instance exited"}
 		}
@@ -442,7 +443,7 @@ func collectPlugin(ctx context.Context, root, name string, timeout time.Duration
 		}
 		if st := results[i].st; st != nil {
 			in := st.GetInstance()
-			ir.Role = handover.RoleName(st.GetRole())
+			ir.Role = protocol.RoleName(st.GetRole())
 			ir.Version = in.GetVersion()
 			if in.GetStartedUnixNano() != 0 {
 				t := time.Unix(0, in.GetStartedUnixNano())
@@ -475,7 +476,7 @@ func collectPlugin(ctx context.Context, root, name string, timeout time.Duration
 			pr.Owner, pr.OwnerVersion, pr.Epoch = id, owner.st.GetInstance().GetVersion(), owner.st.GetEpoch()
 		} else {
 			pr.Problems = append(pr.Problems, fmt.Sprintf("owner.sock leads to %s, which is %s (%s): no instance owns the plugin",
-				id, handover.RoleName(owner.st.GetRole()), owner.st.GetReason()))
+				id, protocol.RoleName(owner.st.GetRole()), owner.st.GetReason()))
 		}
 	case owner.state == stateGone && len(socks) == 0:
 		// Every instance removed its socket when it stopped: none runs.
@@ -507,7 +508,7 @@ func collectPlugin(ctx context.Context, root, name string, timeout time.Duration
 
 	for i := range pr.Instances {
 		ir := &pr.Instances[i]
-		if ir.Role == handover.RoleName(hapi.Role_ROLE_OWNER) {
+		if ir.Role == protocol.RoleName(hapi.Role_ROLE_OWNER) {
 			if ir.ID == ownerID && ir.HoldsOwnerName {
 				ir.Owner = true
 			} else if !ir.HoldsOwnerName {
@@ -515,9 +516,9 @@ func collectPlugin(ctx context.Context, root, name string, timeout time.Duration
 			}
 		}
 		switch ir.Role {
-		case handover.RoleName(hapi.Role_ROLE_STANDBY):
+		case protocol.RoleName(hapi.Role_ROLE_STANDBY):
 			pr.Standbys = append(pr.Standbys, ir.ID)
-		case handover.RoleName(hapi.Role_ROLE_RETIRED):
+		case protocol.RoleName(hapi.Role_ROLE_RETIRED):
 			pr.Retired = append(pr.Retired, ir.ID)
 		}
 	}

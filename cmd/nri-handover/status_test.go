@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -74,9 +73,9 @@ func (n *testNode) start(t *testing.T, id, ver string, opts ...plugin.Option) *i
 func (in *instance) stop() { _ = in.run.Stop() }
 
 // waitRole waits on the instance's change notifications until it has role.
-func waitRole(t *testing.T, in *instance, role plugin.Role) {
+func waitRole(t *testing.T, in *instance, role handover.Role) {
 	t.Helper()
-	testutil.WaitStatus(t, in.p, "role "+role.String(), func(st *hapi.StatusResponse) bool { return st.Role == role })
+	testutil.WaitStatus(t, in.p, "role "+role.String(), func(st handover.Status) bool { return st.Role == role })
 }
 
 // hungSocket is the socket of an instance that accepts connections (the
@@ -116,15 +115,15 @@ func TestStatusAndProbesOnLiveInstances(t *testing.T) {
 	n := newTestNode(t)
 	pol := plugin.WithPolicy(handover.NewestVersion{})
 	a := n.start(t, "a-v2", "2.0.0", pol)
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	b := n.start(t, "b-v1", "1.0.0", pol)
-	waitRole(t, b, plugin.RoleStandby)
+	waitRole(t, b, handover.RoleStandby)
 	c := n.start(t, "c-v3", "3.0.0", pol)
-	waitRole(t, c, plugin.RoleOwner)
-	waitRole(t, a, plugin.RoleRetired)
+	waitRole(t, c, handover.RoleOwner)
+	waitRole(t, a, handover.RoleRetired)
 	// The standby claims again when the owner changes, and is refused again.
-	testutil.WaitStatus(t, b.p, "refusal by the new owner", func(st *hapi.StatusResponse) bool {
-		return st.Role == plugin.RoleStandby && strings.Contains(st.Reason, "owner's 3.0.0")
+	testutil.WaitStatus(t, b.p, "refusal by the new owner", func(st handover.Status) bool {
+		return st.Role == handover.RoleStandby && strings.Contains(st.Reason, "owner's 3.0.0")
 	})
 	inst := filepath.Join(n.root, "audit", "instances")
 	testutil.DeadSocket(t, filepath.Join(inst, "d-dead.sock"))
@@ -236,7 +235,7 @@ func TestStatusAndProbesOnLiveInstances(t *testing.T) {
 func TestStatusOwnerGone(t *testing.T) {
 	n := newTestNode(t)
 	a := n.start(t, "a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	a.stop()
 	out, code, err := run(status, "--dir", n.root)
 	if code != 0 || err != nil {
@@ -260,12 +259,12 @@ func TestProbeFindsTheOnlyInstance(t *testing.T) {
 	t.Setenv(plugin.EnvInstance, "")
 	n := newTestNode(t)
 	a := n.start(t, "a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	if out, code, _ := run(probe, "ready", "--dir", n.root, "--plugin", "audit"); code != 0 || !strings.HasPrefix(out, "ready: owner") {
 		t.Errorf("probe ready --plugin audit: exit %d, %q", code, out)
 	}
 	b := n.start(t, "b", "1.0.0")
-	waitRole(t, b, plugin.RoleOwner)
+	waitRole(t, b, handover.RoleOwner)
 	out, code, _ := run(probe, "ready", "--dir", n.root, "--plugin", "audit")
 	if code != 1 || !strings.Contains(out, `2 instances of plugin "audit" answer (a, b)`) || !strings.Contains(out, "--instance") {
 		t.Errorf("probe ready with two instances: exit %d, %q", code, out)
@@ -314,7 +313,7 @@ func TestStatusOwnerNotAnswering(t *testing.T) {
 func TestStatusErrors(t *testing.T) {
 	n := newTestNode(t)
 	a := n.start(t, "a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 
 	t.Run("no such plugin", func(t *testing.T) {
 		_, code, err := run(status, "--dir", n.root, "nope")
@@ -489,7 +488,7 @@ func runAsNobody(t *testing.T, dir string, argv ...string) (string, error) {
 func TestProbeSupersededOwner(t *testing.T) {
 	n := newTestNode(t)
 	a := n.start(t, "a", "1.0.0")
-	waitRole(t, a, plugin.RoleOwner)
+	waitRole(t, a, handover.RoleOwner)
 	// Publish another socket under the owner name, as a newcomer taking
 	// over by force does (link, then rename over owner.sock).
 	dir := filepath.Join(n.root, "audit")

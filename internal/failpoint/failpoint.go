@@ -7,5 +7,5 @@ package failpoint
 
 // Env is the variable: "<step>:<action>" makes the instance kill itself
 // (action "kill", SIGKILL) or stop itself ("stop", SIGSTOP) when the
-// handover protocol reaches step (a handover.Step, e.g. "yield-decided").
+// handover protocol reaches step (a protocol.Step, e.g. "yield-decided").
 const Env = "NRI_HANDOVER_FAILPOINT"

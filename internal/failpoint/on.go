@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 )
 
 // Enabled reports whether this build obeys Env.
@@ -17,7 +17,7 @@ const Enabled = true
 
 // FromEnv returns the failpoint Env asks for, nil if it is not set, or an
 // error for a malformed value.
-func FromEnv() (func(handover.Step), error) {
+func FromEnv() (func(protocol.Step), error) {
 	v := os.Getenv(Env)
 	if v == "" {
 		return nil, nil
@@ -35,7 +35,7 @@ func FromEnv() (func(handover.Step), error) {
 	if !ok {
 		return nil, fmt.Errorf("$%s=%q: want <step>:kill or <step>:stop", Env, v)
 	}
-	return func(s handover.Step) {
+	return func(s protocol.Step) {
 		if string(s) != step {
 			return
 		}

@@ -1,7 +1,7 @@
 // Package kithook lets the test kit (plugin/plugintest) crash and freeze
 // plugin instances that run in the test process, as SIGKILL and SIGSTOP
 // would a plugin's process. The harness (package plugin) and the handover
-// service (package handover) look their instance up here by its handover
+// service (package internal/protocol) look their instance up here by its handover
 // socket path; in a production binary nothing is registered, every lookup
 // returns nil, and the methods of a nil *Instance do nothing.
 package kithook
@@ -138,7 +138,7 @@ func (h *Instance) Wait(ctx context.Context) {
 	}
 }
 
-// Step wraps a protocol step callback (handover.Config.Failpoint): while
+// Step wraps a protocol step callback (protocol.Config.Failpoint): while
 // the instance is frozen a step waits, as the frozen process would, then
 // next runs (if set). For a nil instance it returns next.
 func Step[S any](h *Instance, next func(S)) func(S) {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nri-handover/nri-handover/handover"
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 )
 
 // Event is an NRI event the harness gates; an index into EventNames.
@@ -62,7 +62,7 @@ var ResultNames = [NumResults]string{"acted", "skipped", "skipped_stamped"}
 // the events' hot path and must not block.
 type Observer interface {
 	Event(Event, Result)
-	Outcome(o handover.Outcome, took time.Duration)
+	Outcome(o protocol.Outcome, took time.Duration)
 	BadStamp()
 	// InDoubt counts an event a dead owner was inside of.
 	InDoubt()
@@ -78,7 +78,7 @@ type Nop struct{}
 func (Nop) Event(Event, Result) {}
 
 // Outcome does nothing.
-func (Nop) Outcome(handover.Outcome, time.Duration) {}
+func (Nop) Outcome(protocol.Outcome, time.Duration) {}
 
 // BadStamp does nothing.
 func (Nop) BadStamp() {}
@@ -104,7 +104,7 @@ type Info struct {
 	Plugin                          any // the *plugin.Plugin
 	Name, Version, Instance, Policy string
 	// Role and Epoch read the instance's current ones.
-	Role  func() api.Role
+	Role  func() handover.Role
 	Epoch func() uint64
 }
 

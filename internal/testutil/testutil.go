@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/sirupsen/logrus"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 )
@@ -80,7 +80,7 @@ func DeadSocket(t testing.TB, path string) {
 // WaitStatus waits on the instance's change notifications (RoleChanged)
 // until cond holds of its status, and fails the test if that takes more
 // than 20 s; what names the condition in that failure.
-func WaitStatus(t testing.TB, p *plugin.Plugin, what string, cond func(*hapi.StatusResponse) bool) {
+func WaitStatus(t testing.TB, p *plugin.Plugin, what string, cond func(handover.Status) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -93,7 +93,7 @@ func WaitStatus(t testing.TB, p *plugin.Plugin, what string, cond func(*hapi.Sta
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			t.Fatalf("%s: waiting for %s: role %v, reason %q", p.Instance().Id, what, st.Role, st.Reason)
+			t.Fatalf("%s: waiting for %s: role %v, reason %q", p.Instance().ID, what, st.Role, st.Reason)
 		}
 	}
 }

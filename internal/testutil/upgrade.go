@@ -7,7 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 )
@@ -33,6 +33,6 @@ func StartOwner(t testing.TB, rt *sim.Runtime, root, name, id, ver string, autho
 	}
 	r := Run(p)
 	t.Cleanup(func() { _ = r.Stop() })
-	WaitStatus(t, p, "owner", func(st *hapi.StatusResponse) bool { return st.Role == plugin.RoleOwner })
+	WaitStatus(t, p, "owner", func(st handover.Status) bool { return st.Role == handover.RoleOwner })
 	return p, r
 }

@@ -32,8 +32,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/observe"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -86,10 +86,10 @@ func newMetrics(info observe.Info) *metrics {
 			m.events[e][r] = events.WithLabelValues(name, result)
 		}
 	}
-	for _, r := range []hapi.Role{plugin.RoleJoining, plugin.RoleOwner, plugin.RoleStandby, plugin.RoleRetired} {
+	for _, r := range []handover.Role{handover.RoleJoining, handover.RoleOwner, handover.RoleStandby, handover.RoleRetired} {
 		r := r
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nri_handover_role", ConstLabels: prometheus.Labels{"plugin": info.Name, "role": handover.RoleName(r)},
+			Name: "nri_handover_role", ConstLabels: prometheus.Labels{"plugin": info.Name, "role": r.String()},
 			Help: "1 for the role this instance has now, 0 for the others.",
 		}, func() float64 {
 			if info.Role() == r {
@@ -116,11 +116,11 @@ func newMetrics(info observe.Info) *metrics {
 }
 
 // Outcome records a coordinator outcome.
-func (m *metrics) Outcome(o handover.Outcome, took time.Duration) {
+func (m *metrics) Outcome(o protocol.Outcome, took time.Duration) {
 	m.handovers.WithLabelValues(string(o)).Inc()
 	switch o {
-	case handover.OutcomeFirstOwner, handover.OutcomeTookOver, handover.OutcomeForced,
-		handover.OutcomeTookBack, handover.OutcomePromoted:
+	case protocol.OutcomeFirstOwner, protocol.OutcomeTookOver, protocol.OutcomeForced,
+		protocol.OutcomeTookBack, protocol.OutcomePromoted:
 		m.switches.Observe(took.Seconds())
 	}
 }
@@ -143,7 +143,7 @@ func Handler(p *plugin.Plugin) http.Handler {
 		mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "ok: %s\n", handover.RoleName(p.Role()))
+		fmt.Fprintf(w, "ok: %s\n", p.Role())
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		ready, why := p.Ready()

@@ -50,9 +50,12 @@
 // harness stamps it. Check compares, per event kind every instance
 // subscribed to, the calls with the events the runtime delivered, and
 // verifies each created container's stamp against the instance whose
-// handler saw its CreateContainer. Synchronize and Reconcile are passed on
-// but not recorded. Handlers the harness does not forward today
-// (ValidateContainerAdjustment, Shutdown) are not wrapped.
+// handler saw its CreateContainer. ValidateContainerAdjustment is recorded
+// and compared like the other events (the runtime counts it once per
+// CreateContainer in which validators were asked); Shutdown is recorded
+// (EventShutdown) but never compared, since the kit's runtime, like
+// containerd/nri's adaptation it runs, never sends it. Synchronize and
+// Reconcile are passed on but not recorded.
 //
 // Crash and Freeze act inside the test process: the harness passes the
 // instance's runtime connections through the Node (which can cut or freeze

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/stamp"
 )
@@ -117,7 +118,7 @@ func (n *Node) Instances() []*Instance {
 // Owner returns the running instance that owns the plugin, nil if none.
 func (n *Node) Owner() *Instance {
 	for _, in := range n.Instances() {
-		if in.Running() && in.p.Role() == plugin.RoleOwner {
+		if in.Running() && in.p.Role() == handover.RoleOwner {
 			return in
 		}
 	}
@@ -134,7 +135,7 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	seq := len(n.instances)
 	n.mu.Unlock()
 	id := instanceID(seq, version)
-	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	dir, err := protocol.OpenDir(n.root, n.cfg.Name)
 	if err != nil {
 		return nil, fmt.Errorf("plugintest: %w", err)
 	}
@@ -162,7 +163,7 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 		kithook.Unregister(socket)
 		return nil, fmt.Errorf("plugintest: start instance %s: %w", id, err)
 	}
-	if in.p.Name() != n.cfg.Name || in.p.Instance().Id != id {
+	if in.p.Name() != n.cfg.Name || in.p.Instance().ID != id {
 		kithook.Unregister(socket)
 		return nil, fmt.Errorf("plugintest: start instance %s: its name and id are the node's (Config.Name): options to Start must not change them", id)
 	}
@@ -355,7 +356,7 @@ func (n *Node) Check() (Result, error) {
 	kinds := kindsOf(mask)
 	res.Events = n.ledger.Compare(n.rt.Issued(), func(e Event) bool { return kinds[e] })
 
-	dir, err := handover.OpenDir(n.root, n.cfg.Name)
+	dir, err := protocol.OpenDir(n.root, n.cfg.Name)
 	if err != nil {
 		return res, fmt.Errorf("plugintest: check stamps: %w", err)
 	}
@@ -460,7 +461,7 @@ func (in *Instance) WaitOwner(ctx context.Context) error {
 	for {
 		ch := in.p.RoleChanged()
 		// Owner, and acting: the runtime has it in its chain (Ready).
-		if ready, _ := in.p.Ready(); ready && in.p.Role() == plugin.RoleOwner {
+		if ready, _ := in.p.Ready(); ready && in.p.Role() == handover.RoleOwner {
 			return nil
 		}
 		select {

@@ -10,7 +10,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 
 	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
@@ -71,7 +72,7 @@ func lifecycles(t *testing.T, n *Node, pods int) {
 func status(in *Instance, d time.Duration) (*hapi.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	cl, err := handover.Dial(ctx, in.socket)
+	cl, err := protocol.Dial(ctx, in.socket)
 	if err != nil {
 		return nil, err
 	}
@@ -131,10 +132,10 @@ func TestInstanceCrash(t *testing.T) {
 	if v2.Running() {
 		t.Fatal("Run did not return")
 	}
-	if role := v2.Plugin().Role(); role != plugin.RoleOwner {
+	if role := v2.Plugin().Role(); role != handover.RoleOwner {
 		t.Fatalf("crashed owner's role %v: it left (a clean stop retires)", role)
 	}
-	if _, err := status(v2, failAfter); !errors.Is(err, handover.ErrNoInstance) {
+	if _, err := status(v2, failAfter); !errors.Is(err, protocol.ErrNoInstance) {
 		t.Fatalf("crashed instance's handover socket: %v, want ErrNoInstance", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), failAfter)

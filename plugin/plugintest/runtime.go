@@ -62,17 +62,26 @@ const (
 	EventPostUpdateContainer  Event = "PostUpdateContainer"
 	EventStopContainer        Event = "StopContainer"
 	EventRemoveContainer      Event = "RemoveContainer"
+	// EventValidateContainerAdjustment is delivered inside CreateContainer
+	// to the plugins that validate (subscribe to it), after the
+	// adjustments are collected; its id is the container's. Issued counts
+	// it once per CreateContainer in which any plugin was asked.
+	EventValidateContainerAdjustment Event = "ValidateContainerAdjustment"
+	// EventShutdown is the runtime shutting down (id ""). The ledger
+	// records the harness's calls of it, but this runtime (containerd/nri's
+	// adaptation) never sends it, so Issued never counts it.
+	EventShutdown Event = "Shutdown"
 )
 
 // AllEvents returns every event kind, in lifecycle order.
 func AllEvents() []Event {
 	return []Event{
 		EventRunPodSandbox, EventUpdatePodSandbox, EventPostUpdatePodSandbox,
-		EventCreateContainer, EventPostCreateContainer,
+		EventCreateContainer, EventValidateContainerAdjustment, EventPostCreateContainer,
 		EventStartContainer, EventPostStartContainer,
 		EventUpdateContainer, EventPostUpdateContainer,
 		EventStopContainer, EventRemoveContainer,
-		EventStopPodSandbox, EventRemovePodSandbox,
+		EventStopPodSandbox, EventRemovePodSandbox, EventShutdown,
 	}
 }
 
@@ -214,6 +223,9 @@ type Runtime struct {
 	stats     Stats
 	cur       current
 	seq       uint64
+	// validated is set (by the adaptation's metrics callback) when a
+	// plugin was asked to validate during the current CreateContainer.
+	validated bool
 	countC    chan struct{} // closed and replaced when PluginCount changes
 	// syncWaits holds every wait for the plugin-sync block longer than
 	// SyncWaitThreshold: the operations a plugin's Synchronize delayed.
@@ -1067,6 +1079,14 @@ func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, c
 			r.gapLog = append(r.gapLog, EventKey{Event: ev, ID: id, N: r.issued[k]})
 		}
 	}
+	if r.validated {
+		// Validators were asked, whether or not they then rejected the
+		// container: each asked validator's handler ran.
+		r.validated = false
+		k := EventKey{Event: EventValidateContainerAdjustment, ID: id}
+		r.issued[k]++
+		r.issuedLog = append(r.issuedLog, EventKey{Event: k.Event, ID: id, N: r.issued[k]})
+	}
 	if exit {
 		r.stats.ExitStops++
 	} else if r.opts.Mode == ModeExitStop && !r.stopped && r.rng.Float64() < r.opts.ExitRate {
@@ -1223,12 +1243,20 @@ type recorder struct{ r *Runtime }
 
 var _ adaptation.Metrics = recorder{}
 
-// RecordPluginInvocation counts failed invocations per plugin.
+// RecordPluginInvocation notes a validation asked for in the current
+// CreateContainer and counts failed invocations per plugin.
 func (m recorder) RecordPluginInvocation(plugin, op string, err error) {
+	r := m.r
+	if op == string(EventValidateContainerAdjustment) {
+		r.mu.Lock()
+		if r.cur.ev == EventCreateContainer {
+			r.validated = true
+		}
+		r.mu.Unlock()
+	}
 	if err == nil {
 		return
 	}
-	r := m.r
 	r.mu.Lock()
 	r.stats.PluginErrors[plugin]++
 	if errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "deadline exceeded") {

@@ -41,7 +41,10 @@ var (
 	_ stub.PostUpdateContainerInterface = (*handlers)(nil)
 	_ stub.StopContainerInterface       = (*handlers)(nil)
 	_ stub.RemoveContainerInterface     = (*handlers)(nil)
+	_ stub.ShutdownInterface            = (*handlers)(nil)
 	_ plugin.ReconcileInterface         = (*handlers)(nil)
+
+	_ stub.ValidateContainerAdjustmentInterface = (*handlers)(nil)
 )
 
 // eventKinds maps the NRI events to the ledger's kinds.
@@ -59,6 +62,8 @@ var eventKinds = map[api.Event]Event{
 	api.Event_POST_UPDATE_CONTAINER:   EventPostUpdateContainer,
 	api.Event_STOP_CONTAINER:          EventStopContainer,
 	api.Event_REMOVE_CONTAINER:        EventRemoveContainer,
+
+	api.Event_VALIDATE_CONTAINER_ADJUSTMENT: EventValidateContainerAdjustment,
 }
 
 // handlesOf returns the events p has stub handlers for.
@@ -78,6 +83,7 @@ func handlesOf(p interface{}) api.EventMask {
 	_, has[api.Event_POST_UPDATE_CONTAINER] = p.(stub.PostUpdateContainerInterface)
 	_, has[api.Event_STOP_CONTAINER] = p.(stub.StopContainerInterface)
 	_, has[api.Event_REMOVE_CONTAINER] = p.(stub.RemoveContainerInterface)
+	_, has[api.Event_VALIDATE_CONTAINER_ADJUSTMENT] = p.(stub.ValidateContainerAdjustmentInterface)
 	for e, ok := range has {
 		if ok {
 			m.Set(e)
@@ -254,4 +260,25 @@ func (h *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *
 		return a.RemoveContainer(ctx, pod, c)
 	}
 	return nil
+}
+
+// ValidateContainerAdjustment is recorded as the other handlers are: the
+// harness calls it on the owner only, for the containers this plugin's
+// instances were asked to validate (only if the author validates: the
+// subscription is the author's).
+func (h *handlers) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
+	h.record(EventValidateContainerAdjustment, req.GetContainer().GetId())
+	if a, ok := h.author.(stub.ValidateContainerAdjustmentInterface); ok {
+		return a.ValidateContainerAdjustment(ctx, req)
+	}
+	return nil
+}
+
+// Shutdown is recorded (with id "") whenever the harness calls it, which
+// it does on the owner only, and passed on if the author has a handler.
+func (h *handlers) Shutdown(ctx context.Context) {
+	h.record(EventShutdown, "")
+	if a, ok := h.author.(stub.ShutdownInterface); ok {
+		a.Shutdown(ctx)
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/internal/testutil"
 	harness "github.com/nri-handover/nri-handover/plugin"
@@ -55,7 +55,7 @@ func TestDropInRunsAnUpstreamStylePlugin(t *testing.T) {
 	}
 	defer p.stub.Stop()
 	h := p.stub.Harness()
-	testutil.WaitStatus(t, h, "owner", func(st *hapi.StatusResponse) bool { return st.Role == harness.RoleOwner })
+	testutil.WaitStatus(t, h, "owner", func(st handover.Status) bool { return st.Role == handover.RoleOwner })
 	if err := rt.Lifecycle(context.Background(), "p", 2); err != nil {
 		t.Fatal(err)
 	}

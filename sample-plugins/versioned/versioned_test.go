@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-version"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/versioned"
@@ -104,21 +105,21 @@ func (r *running) takeOver(t *testing.T, rt *sim.Runtime, plugins int) []string 
 	}
 	for {
 		ch := r.p.RoleChanged()
-		if r.p.Role() == plugin.RoleOwner {
+		if r.p.Role() == handover.RoleOwner {
 			break
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			_, why := r.p.Ready()
-			t.Fatalf("%s never became owner: %s", r.p.Instance().Id, why)
+			t.Fatalf("%s never became owner: %s", r.p.Instance().ID, why)
 		}
 	}
 	select {
 	case ids := <-r.reconciled:
 		return ids
 	case <-ctx.Done():
-		t.Fatalf("%s: Reconcile never ran", r.p.Instance().Id)
+		t.Fatalf("%s: Reconcile never ran", r.p.Instance().ID)
 		return nil
 	}
 }
@@ -254,8 +255,8 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 		t.Fatalf("failed creations %d (%v), timeouts %v", st.FailedCreates, st.CreateErrors, st.Timeouts)
 	}
 	for _, r := range []*running{v1, v2, v2b} {
-		if r.p.Role() == plugin.RoleOwner {
-			t.Errorf("%s still owner after the rollback", r.p.Instance().Id)
+		if r.p.Role() == handover.RoleOwner {
+			t.Errorf("%s still owner after the rollback", r.p.Instance().ID)
 		}
 	}
 	if st := v1.p.Status(); !strings.HasPrefix(st.Reason, "yielded to b-v2") {

@@ -143,7 +143,7 @@ func (in *instance) stop() {
 }
 
 // waitRole waits on the instance's change notifications.
-func waitRole(b *testing.B, p *plugin.Plugin, role plugin.Role) {
+func waitRole(b *testing.B, p *plugin.Plugin, role handover.Role) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -155,7 +155,7 @@ func waitRole(b *testing.B, p *plugin.Plugin, role plugin.Role) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			b.Fatalf("%s never reached role %v", p.Instance().Id, role)
+			b.Fatalf("%s never reached role %v", p.Instance().ID, role)
 		}
 	}
 }
@@ -169,7 +169,7 @@ var setups = []struct {
 	{"bare-stub-annotated", startBareAnnotated},
 	{"harness", func(b *testing.B, rt *sim.Runtime) {
 		h := newHarness(b, rt)
-		waitRole(b, h.start("1.0.0").p, plugin.RoleOwner)
+		waitRole(b, h.start("1.0.0").p, handover.RoleOwner)
 		if err := rt.WaitPlugins(context.Background(), 1); err != nil {
 			b.Fatal(err)
 		}
@@ -178,8 +178,8 @@ var setups = []struct {
 		// An owner and a standby both connected: the state before a switch.
 		h := newHarness(b, rt)
 		pol := plugin.WithPolicy(handover.NewestVersion{})
-		waitRole(b, h.start("2.0.0", pol).p, plugin.RoleOwner)
-		waitRole(b, h.start("1.0.0", pol).p, plugin.RoleStandby)
+		waitRole(b, h.start("2.0.0", pol).p, handover.RoleOwner)
+		waitRole(b, h.start("1.0.0", pol).p, handover.RoleStandby)
 		if err := rt.WaitPlugins(context.Background(), 2); err != nil {
 			b.Fatal(err)
 		}
@@ -304,7 +304,7 @@ func BenchmarkSwitch(b *testing.B) {
 	rt := startRuntime(b)
 	h := newHarness(b, rt)
 	owner := h.start("1.0.0")
-	waitRole(b, owner.p, plugin.RoleOwner)
+	waitRole(b, owner.p, handover.RoleOwner)
 
 	ctx, stopLoad := context.WithCancel(context.Background())
 	loadDone := make(chan struct{})
@@ -317,7 +317,7 @@ func BenchmarkSwitch(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		next := h.start([]string{"2.0.0", "1.0.0"}[i%2])
-		waitRole(b, next.p, plugin.RoleOwner)
+		waitRole(b, next.p, handover.RoleOwner)
 		b.StopTimer()
 		owner.stop()
 		owner = next

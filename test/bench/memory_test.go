@@ -45,6 +45,7 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/rollout"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
@@ -187,7 +188,7 @@ func (w *world) startHarness(ctx context.Context, ver, id string) (*plugin.Plugi
 		stop()
 		return nil, nil, err
 	}
-	if r := p.Role(); r != plugin.RoleOwner {
+	if r := p.Role(); r != handover.RoleOwner {
 		stop()
 		return nil, nil, fmt.Errorf("instance %s synchronized as %v, want owner", id, r)
 	}

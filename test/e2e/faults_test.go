@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // Bounds of the failure scenarios.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // freeAddr returns a loopback address with a port nobody listens on now.

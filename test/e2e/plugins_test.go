@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover"
-	hapi "github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol"
+	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
 )
 
@@ -264,7 +264,7 @@ func (in *instance) stop(timeout time.Duration) error {
 
 // status asks the instance over its handover socket.
 func (in *instance) status(ctx context.Context) (*hapi.StatusResponse, error) {
-	cl, err := handover.Dial(ctx, in.sock)
+	cl, err := protocol.Dial(ctx, in.sock)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (in *instance) waitOwner(timeout time.Duration) (time.Duration, error) {
 		if err != nil {
 			last = err.Error()
 		} else {
-			last = handover.RoleName(st.GetRole()) + ": " + st.GetReason()
+			last = protocol.RoleName(st.GetRole()) + ": " + st.GetReason()
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/sample-plugins/audit"
@@ -86,7 +87,7 @@ func newStampNode(tb testing.TB) *stampNode {
 	defer wcancel()
 	for {
 		ch := n.p.RoleChanged()
-		if n.p.Role() == plugin.RoleOwner {
+		if n.p.Role() == handover.RoleOwner {
 			break
 		}
 		select {

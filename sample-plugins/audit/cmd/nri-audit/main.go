@@ -55,7 +55,7 @@ func run(flags *plugin.Flags, ledgerPath, ver string, ignoreTerm bool) error {
 	if err != nil {
 		return err
 	}
-	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().Id, ver)
+	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().ID, ver)
 	if err != nil {
 		return err
 	}

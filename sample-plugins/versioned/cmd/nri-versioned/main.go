@@ -52,7 +52,7 @@ func run(flags *plugin.Flags, ver string) error {
 	if err != nil {
 		return err
 	}
-	log := logrus.WithFields(logrus.Fields{"plugin": p.Name(), "version": ver, "instance": p.Instance().Id})
+	log := logrus.WithFields(logrus.Fields{"plugin": p.Name(), "version": ver, "instance": p.Instance().ID})
 	author.SetLogf(log.Infof) // the harness logs a failed Reconcile itself
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -132,8 +132,8 @@ func run(flags *plugin.Flags, ledgerPath, recordPath, ver string, failSync, fail
 	if err != nil {
 		return fmt.Errorf("plugin: %w", err)
 	}
-	s.instance = p.Instance().Id
-	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().Id, ver)
+	s.instance = p.Instance().ID
+	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().ID, ver)
 	if err != nil {
 		return err
 	}

@@ -106,8 +106,8 @@ func run(flags *plugin.Flags, ledgerPath, recordPath, ver string) error {
 	if err != nil {
 		return err
 	}
-	v.instance = p.Instance().Id
-	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().Id, ver)
+	v.instance = p.Instance().ID
+	fr, err := audit.OpenFileRecorder(ledgerPath, p.Instance().ID, ver)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // testRoot returns a short private directory (unix socket paths are short).

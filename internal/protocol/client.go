@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/ttrpc"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // ErrNoInstance means nothing serves a socket path: the file is missing, or

@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -15,10 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// DefaultRoot is the node-local directory under which every plugin gets its
-// own handover directory.
-const DefaultRoot = "/var/run/nri-handover"
 
 // File names inside a plugin's handover directory.
 const (

@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -16,21 +16,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nri-handover/nri-handover/handover/api"
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
-)
-
-// Defaults of Config.
-const (
-	// DefaultClaimTimeout bounds a claim made inside the runtime's
-	// Synchronize request. NRI's default request timeout is 2 s; a claim
-	// must stay far below it so the runtime never drops the instance.
-	DefaultClaimTimeout = 500 * time.Millisecond
-	// DefaultLeaveTimeout bounds how long a leaving owner waits for a
-	// standby to take over before it exits anyway.
-	DefaultLeaveTimeout = 10 * time.Second
 )
 
 const (
@@ -1040,7 +1029,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	}
 	if !c.leaving {
-		if ok, reason := c.cfg.Policy.Allow(c.self, taker); !ok {
+		if ok, reason := c.cfg.Policy.Allow(PublicInstance(c.self), PublicInstance(taker)); !ok {
 			return refuse(reason)
 		}
 	}

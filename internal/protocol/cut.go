@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"sync/atomic"

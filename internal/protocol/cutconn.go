@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // The coordinator's side of the per-event cut (cut.go): which of this

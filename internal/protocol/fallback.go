@@ -1,10 +1,10 @@
-package handover
+package protocol
 
 import (
 	"context"
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // LiveFallback reports whether the instance whose status is st is a live

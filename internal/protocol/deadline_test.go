@@ -1,4 +1,4 @@
-package handover
+package protocol
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nri-handover/nri-handover/handover/api"
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
 // newHangingInstance starts a coordinator that blocks at step until release

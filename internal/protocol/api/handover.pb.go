@@ -736,7 +736,7 @@ const file_handover_proto_rawDesc = "" +
 	"\bHandover\x12G\n" +
 	"\x06Status\x12\x1d.nrihandover.v1.StatusRequest\x1a\x1e.nrihandover.v1.StatusResponse\x12D\n" +
 	"\x05Yield\x12\x1c.nrihandover.v1.YieldRequest\x1a\x1d.nrihandover.v1.YieldResponse\x12D\n" +
-	"\x05Watch\x12\x1c.nrihandover.v1.WatchRequest\x1a\x1d.nrihandover.v1.WatchResponseB7Z5github.com/nri-handover/nri-handover/handover/api;apib\x06proto3"
+	"\x05Watch\x12\x1c.nrihandover.v1.WatchRequest\x1a\x1d.nrihandover.v1.WatchResponseB@Z>github.com/nri-handover/nri-handover/internal/protocol/api;apib\x06proto3"
 
 var (
 	file_handover_proto_rawDescOnce sync.Once
