@@ -724,7 +724,7 @@ const (
 )
 
 // serve waits on one runtime connection until it must end. A request to
-// claim again is honoured only for a standby whose connection has finished
+// claim again is honoured only for a standby (or a retired fallback) whose connection has finished
 // its Synchronize: one still synchronizing is about to claim anyway, and an
 // instance that became owner in the meantime must keep its connection.
 func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
@@ -746,7 +746,8 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 				p.log.WithField("reason", reason).Debug("resync not needed: a Synchronize is in progress")
 				continue
 			}
-			if role := p.Role(); role != handover.RoleStandby {
+			// A retired fallback claims back when its successor leaves.
+			if role := p.Role(); role != handover.RoleStandby && role != handover.RoleRetired {
 				p.log.WithFields(logrus.Fields{"reason": reason, "role": role.String()}).Debug("resync not needed")
 				continue
 			}

@@ -115,3 +115,33 @@ func TestStuckHandlerDoesNotBlockStop(t *testing.T) {
 		t.Fatalf("Run has not returned %v after the stop (leave timeout %v): a stuck handler blocks it", time.Since(start), leave)
 	}
 }
+
+// TestFallbackTakesBackFromALeavingSuccessor: v2 took over from v1, which
+// stayed as its live fallback; v2 is stopped (its pod deleted, or the
+// duplicate DaemonSet removed: seed 002). v1 claims back in a new
+// Synchronize while v2 still acts, instead of waiting for v2's leave
+// timeout to run out: v2 hands over to v1, and every event of a steady
+// load is acted on exactly once.
+func TestFallbackTakesBackFromALeavingSuccessor(t *testing.T) {
+	n := newNode(t)
+	v1 := n.start("a-v1", "1.0.0")
+	waitReady(t, v1)
+	stopLoad := n.steadyLoad()
+	v2 := n.start("b-v2", "2.0.0", plugin.WithLeaveTimeout(time.Minute))
+	waitReady(t, v2)
+	if err := v2.run.Stop(); err != nil {
+		t.Fatalf("v2's Run: %v", err)
+	}
+	if h := v2.p.Status().LastHandover; h == nil || h.ToID != "a-v1" {
+		t.Fatalf("v2 stopped with last handover %+v, want one to a-v1 (not its leave timeout)", h)
+	}
+	waitReady(t, v1)
+	if err := n.rt.Lifecycle(context.Background(), "after", 2); err != nil {
+		t.Fatal(err)
+	}
+	stopLoad()
+	rep := n.check()
+	if rep.ByInstance["a-v1"] == 0 || rep.ByInstance["b-v2"] == 0 {
+		t.Fatalf("acts by instance %v: want both", rep.ByInstance)
+	}
+}

@@ -155,6 +155,7 @@ type Coordinator struct {
 	claimCutTag       uint16  // the connection it moved it for (0: not moved)
 	heirOfNobody      uint16  // an heir that claimed with no live owner
 	heirFrom          string  // the instance an heir's claim was granted by ("": none, or this one)
+	successorLeaving  bool    // the instance this one yielded to is stopping
 	claimHeirEvents   uint64  // the heir mask the claim in progress replaced
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
@@ -685,7 +686,15 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 		// of ours that overran): claim like any newcomer.
 		c.setRole(api.Role_ROLE_JOINING, supersededReason)
 	case api.Role_ROLE_RETIRED:
-		return c.takeBackIfOrphaned(ctx)
+		c.mu.Lock()
+		leaving := c.successorLeaving
+		c.successorLeaving = false
+		c.mu.Unlock()
+		if !leaving {
+			return c.takeBackIfOrphaned(ctx)
+		}
+		// Claim like a newcomer: the leaving owner yields to any taker.
+		c.setRole(api.Role_ROLE_JOINING, "the successor is leaving: claiming back")
 	}
 
 	if id, err := c.cfg.Dir.ownerID(); err == nil && id == c.ownSocket {
@@ -1292,6 +1301,15 @@ func (c *Coordinator) watchUntilGone(cl *Client, epoch uint64) bool {
 		case resp.Role == api.Role_ROLE_RETIRED && !resp.Leaving:
 			return true
 		case resp.Leaving:
+			// The successor is stopping: claim it back in a new
+			// Synchronize (it yields to any taker) instead of waiting
+			// for its leave timeout to end.
+			c.mu.Lock()
+			c.successorLeaving = true
+			c.mu.Unlock()
+			if c.cfg.OnResync != nil {
+				c.cfg.OnResync("the successor is leaving")
+			}
 			select {
 			case <-cl.Closed():
 			case <-c.ctx.Done():
