@@ -19,7 +19,7 @@ import (
 const (
 	loadNamespace = "nri-load"
 	// maxInFlight bounds the workload's pods that exist at once.
-	maxInFlight = 20
+	maxInFlight = 40
 )
 
 // loadPod is one pod of the workload and what the suite saw of it.
@@ -56,18 +56,23 @@ type loadGen struct {
 	wg       sync.WaitGroup
 }
 
-func (c *cluster) startLoad(w *watcher, perSecond float64, life time.Duration) (*loadGen, error) {
+// ensureNamespace creates a namespace (if it does not exist) and waits for
+// its default ServiceAccount, which its pods need.
+func (c *cluster) ensureNamespace(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadNamespace}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create namespace %s: %w", loadNamespace, err)
+		return fmt.Errorf("create namespace %s: %w", name, err)
 	}
-	// Pods need the namespace's default ServiceAccount.
-	if err := c.waitFor("ServiceAccount default in "+loadNamespace, nil, 30*time.Second, func() error {
-		_, err := c.cs.CoreV1().ServiceAccounts(loadNamespace).Get(ctx, "default", metav1.GetOptions{})
+	return c.waitFor("ServiceAccount default in "+name, nil, 30*time.Second, func() error {
+		_, err := c.cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err
-	}); err != nil {
+	})
+}
+
+func (c *cluster) startLoad(w *watcher, perSecond float64, life time.Duration) (*loadGen, error) {
+	if err := c.ensureNamespace(loadNamespace); err != nil {
 		return nil, err
 	}
 	l := &loadGen{c: c, w: w, interval: time.Duration(float64(time.Second) / perSecond), life: life, stopC: make(chan struct{})}
