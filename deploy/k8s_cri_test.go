@@ -22,9 +22,21 @@ var criOps = []string{"run_podsandbox", "create_container", "start_container", "
 // operation, the count and the sum of durations in seconds.
 type criSample map[string][2]float64
 
-// criSample reads the kubelet's metrics through the API server's node proxy.
+// criSample reads the kubelet's metrics through the API server's node
+// proxy, trying for up to two minutes (a loaded node answers slowly).
 func (c *cluster) criSample() (criSample, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var err error
+	for try := 0; try < 4; try++ {
+		var s criSample
+		if s, err = c.criSampleOnce(); err == nil {
+			return s, nil
+		}
+	}
+	return nil, err
+}
+
+func (c *cluster) criSampleOnce() (criSample, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := c.cs.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes/" + nodeName + "/proxy/metrics").DoRaw(ctx)
 	if err != nil {

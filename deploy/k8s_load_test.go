@@ -20,6 +20,8 @@ const (
 	loadNamespace = "nri-load"
 	// maxInFlight bounds the workload's pods that exist at once.
 	maxInFlight = 40
+	// startMax bounds a workload pod's time from create to running.
+	startMax = 4 * time.Minute
 )
 
 // loadPod is one pod of the workload and what the suite saw of it.
@@ -137,7 +139,7 @@ func (l *loadGen) lifecycle(p *loadPod) {
 		l.mu.Unlock()
 	}()
 	cs := l.c.cs.CoreV1().Pods(loadNamespace)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	p.createdAt = time.Now()
 	created, err := cs.Create(ctx, loadPodSpec(p.name), metav1.CreateOptions{})
@@ -147,7 +149,9 @@ func (l *loadGen) lifecycle(p *loadPod) {
 	}
 	p.uid = string(created.UID)
 	var rec *podRecord
-	ok := l.w.waitUntil(90*time.Second, func() bool {
+	// Generous: under a load average of 50 from other jobs a pod took more
+	// than 90 s to start (and started: slow is not failed).
+	ok := l.w.waitUntil(startMax, func() bool {
 		rec = l.w.pods[p.uid]
 		if rec == nil {
 			return false
@@ -167,7 +171,7 @@ func (l *loadGen) lifecycle(p *loadPod) {
 	l.w.mu.Unlock()
 	switch {
 	case !ok:
-		l.fail(p, "not running after 90 s")
+		l.fail(p, fmt.Sprintf("not running after %v", startMax))
 	case snap.runningAt.IsZero():
 		l.fail(p, fmt.Sprintf("did not run: phase %s, waiting %v, terminated %v", snap.phase, snap.waiting, snap.terminated))
 	default:
