@@ -43,6 +43,9 @@ func (s *suite) renderDS(t *testing.T, release, valuesFile string, set map[strin
 	if len(objs.daemonSets) != 1 {
 		t.Fatalf("rendering has %d DaemonSets", len(objs.daemonSets))
 	}
+	if err := s.c.ensureNamespace(pluginNS); err != nil {
+		t.Fatal(err)
+	}
 	for _, sa := range objs.serviceAccounts {
 		if _, err := s.c.cs.CoreV1().ServiceAccounts(pluginNS).Create(context.Background(), &sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
@@ -200,16 +203,23 @@ func (s *suite) chartNewestVersion(t *testing.T) {
 	s.uninstall(t, v2.Name)
 }
 
+// cpuCgroup is the cgroup v1 hierarchy of the cpu controller (the
+// kubelet's cgroupfs driver, cgroup v1 on this machine kind).
+const cpuCgroup = "/sys/fs/cgroup/cpu"
+
 // chartVersioned: ci/versioned-values.yaml at 1.0.0 creates workload
-// containers with tier v1 and pids limit 1024; after the upgrade to 2.0.0
-// the new pod's Reconcile raises their limit to 4096: its log, read
-// through the API, names exactly the containers the API lists, and their
-// cgroups on the node say 4096.
+// containers with tier v1 and CPU quota 50000/50000; after the upgrade to
+// 2.0.0 the new pod's Reconcile raises their quota to 100000: its log,
+// read through the API, names exactly the containers the API lists, and
+// their cgroups on the node say 100000.
 func (s *suite) chartVersioned(t *testing.T) {
 	v1 := s.renderDS(t, "nri-versioned", "ci/versioned-values.yaml", map[string]any{"image.tag": "1.0.0"})
 	s.install(t, v1)
 	s.waitDaemonSet(t, v1.Name, versionedImage("1.0.0"), 3*time.Minute)
 	var ids []string
+	if err := s.c.ensureNamespace(loadNamespace); err != nil {
+		t.Fatal(err)
+	}
 	pods := s.c.cs.CoreV1().Pods(loadNamespace)
 	for i := 0; i < 3; i++ {
 		name := fmt.Sprintf("tier-%d", i)
@@ -231,14 +241,18 @@ func (s *suite) chartVersioned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tier := sp.env("VERSIONED_TIER"); len(tier) != 1 || tier[0] != "v1" || sp.Linux.Resources.Pids == nil || sp.Linux.Resources.Pids.Limit != 1024 {
-			t.Fatalf("container %s of %s: tier %v, pids %+v; want v1 and 1024", id, name, tier, sp.Linux.Resources.Pids)
+		if tier := sp.env("VERSIONED_TIER"); len(tier) != 1 || tier[0] != "v1" || sp.Linux.Resources.CPU == nil ||
+			sp.Linux.Resources.CPU.Quota != 50000 || sp.Linux.Resources.CPU.Period != 50000 {
+			t.Fatalf("container %s of %s: tier %v, cpu %+v; want v1 and quota 50000 per 50000", id, name, tier, sp.Linux.Resources.CPU)
+		}
+		if got := strings.TrimSpace(readFile(cpuCgroup + sp.Linux.CgroupsPath + "/cpu.cfs_quota_us")); got != "50000" {
+			t.Fatalf("container %s: cpu.cfs_quota_us %q on the node, want 50000", id, got)
 		}
 		ids = append(ids, id)
 	}
 	v2 := s.renderDS(t, "nri-versioned", "ci/versioned-values.yaml", map[string]any{"image.tag": "2.0.0"})
 	newPod := s.rolloutWith(t, "versioned 1.0.0 -> 2.0.0", v1.Name, versionedImage("2.0.0"), func() { s.upgrade(t, v2) }).newPod
-	re := regexp.MustCompile(`reconcile: pids limit 4096 on (\d+) containers of older versions: \[([^\]]*)\]`)
+	re := regexp.MustCompile(`reconcile: cpu quota 100000 on (\d+) containers of older versions: \[([^\]]*)\]`)
 	var logged []string
 	deadline := time.Now().Add(30 * time.Second)
 	for logged == nil && time.Now().Before(deadline) {
@@ -271,11 +285,17 @@ func (s *suite) chartVersioned(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.TrimSpace(readFile("/sys/fs/cgroup/pids" + sp.Linux.CgroupsPath + "/pids.max")); got != "4096" {
-			t.Errorf("container %s: pids.max %q on the node after Reconcile, want 4096", id, got)
+		if got := strings.TrimSpace(readFile(cpuCgroup + sp.Linux.CgroupsPath + "/cpu.cfs_quota_us")); got != "100000" {
+			t.Errorf("container %s: cpu.cfs_quota_us %q on the node after Reconcile, want 100000", id, got)
+		}
+		if cpu := sp.Linux.Resources.CPU; cpu == nil || cpu.Quota != 100000 || cpu.Period != 50000 {
+			t.Errorf("container %s: containerd's spec has cpu %+v after Reconcile, want quota 100000 per 50000", id, cpu)
 		}
 	}
-	t.Logf("versioned: v2's Reconcile raised the pids limit of v1's containers %v to 4096", ids)
+	if t.Failed() {
+		return
+	}
+	t.Logf("versioned: v2's Reconcile raised the CPU quota of v1's containers %v to 100000 (cgroup and spec)", ids)
 	s.uninstall(t, v1.Name)
 }
 

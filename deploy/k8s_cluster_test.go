@@ -680,6 +680,9 @@ func (c *cluster) startControlPlane() error {
 		"--service-account-key-file=" + p("sa.pub"), "--service-account-signing-key-file=" + p("sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc", "--service-cluster-ip-range=10.0.0.0/24",
 		"--kubelet-client-certificate=" + p("admin.crt"), "--kubelet-client-key=" + p("admin.key"),
+		// The node's name resolves nowhere: logs, exec and port-forward
+		// reach the kubelet at its InternalIP.
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		// Without the front-proxy flags, controller-manager and scheduler
 		// keep logging a missing requestheader-client-ca-file.
 		"--requestheader-client-ca-file=" + p("front-proxy-ca.crt"), "--requestheader-allowed-names=front-proxy-client",
@@ -771,6 +774,7 @@ clusterDomain: cluster.local
 	}
 	kubelet, err := c.startProc("kubelet", filepath.Join(c.k8sBin, "kubelet"), []string{
 		"--config=" + cfgPath, "--kubeconfig=" + c.pki.path("kubelet.kubeconfig"), "--root-dir=" + dir,
+		"--cert-dir=" + filepath.Join(dir, "pki"),
 		"--hostname-override=" + nodeName, "--node-ip=" + c.nodeIP, "--v=1",
 	}, nil)
 	if err != nil {
@@ -991,6 +995,15 @@ func (c *cluster) restoreHost() {
 	}
 	for _, p := range hostPaths {
 		if c.hostBefore.existed[p] {
+			continue
+		}
+		if strings.HasPrefix(p, shimSockDir) {
+			// Every containerd on the host puts its shims' sockets there
+			// (the e2e suite's too, which may have started since): remove
+			// the directory only if it is empty.
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				c.progress("keep %s: %v", p, err)
+			}
 			continue
 		}
 		// The kubelet's plugin sockets, the handover directory's sockets

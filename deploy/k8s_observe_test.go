@@ -345,9 +345,10 @@ type ctrSpec struct {
 	Linux struct {
 		CgroupsPath string `json:"cgroupsPath"`
 		Resources   struct {
-			Pids *struct {
-				Limit int64 `json:"limit"`
-			} `json:"pids"`
+			CPU *struct {
+				Quota  int64  `json:"quota"`
+				Period uint64 `json:"period"`
+			} `json:"cpu"`
 		} `json:"resources"`
 	} `json:"linux"`
 }

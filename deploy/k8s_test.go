@@ -43,6 +43,8 @@ type suite struct {
 	baseline  []time.Duration // pod start latencies with no rollout going on
 	during    []time.Duration // ... while a rollout went on
 	windows   [][2]time.Time  // the rollouts' time spans
+	criBase   criWindow       // the kubelet's CRI calls with no rollout going on
+	criDuring criWindow       // ... while a rollout under the workload went on
 }
 
 // TestKubernetesNode runs the shipped DaemonSet and chart on a real node:
@@ -56,7 +58,9 @@ func TestKubernetesNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.close()
-	s := &suite{c: c, w: w}
+	// The owner of the audit plugin, watched from the first step to the
+	// last (a selection of steps, K8S_RUN, runs with it too).
+	s := &suite{c: c, w: w, mon: startOwnerMonitor("audit"), criBase: criWindow{}, criDuring: criWindow{}}
 	defer func() {
 		if s.load != nil {
 			s.load.stop()
@@ -304,6 +308,10 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if len(old) != 1 {
 		t.Fatalf("%d live pods of %s before the rollout, want 1", len(old), ds)
 	}
+	cri0, err := s.c.criSample()
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	change()
 	newPod := s.waitDaemonSet(t, ds, image, rolloutMax)
@@ -311,6 +319,13 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Fatalf("old pod %s not gone", old[0].name)
 	}
 	end := time.Now()
+	cri1, err := s.c.criSample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.load != nil {
+		s.criDuring.add(cri0, cri1)
+	}
 	oldRec := s.w.byName(pluginNS, old[0].name)
 	res := rolloutResult{
 		name: name, from: old[0].image, to: image, oldPod: old[0].name, newPod: newPod.name,
@@ -354,11 +369,14 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 // no rollout, then rolls the DaemonSet v1 -> v2 -> v1 -> v2 through the API.
 func (s *suite) rolloutsUnderLoad(t *testing.T) {
 	var err error
-	s.mon = startOwnerMonitor("audit")
 	if s.load, err = s.c.startLoad(s.w, loadRate, loadLife); err != nil {
 		t.Fatal(err)
 	}
-	// The baseline: 20 workload pods running with no rollout going on.
+	// The baseline: 40 workload pods running with no rollout going on.
+	cri0, err := s.c.criSample()
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	if !s.w.waitUntil(4*time.Minute, func() bool {
 		n := 0
@@ -367,10 +385,15 @@ func (s *suite) rolloutsUnderLoad(t *testing.T) {
 				n++
 			}
 		}
-		return n >= 20
+		return n >= 40
 	}) {
-		t.Fatal("the workload does not run 20 pods in 4 minutes")
+		t.Fatal("the workload does not run 40 pods in 4 minutes")
 	}
+	cri1, err := s.c.criSample()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.criBase.add(cri0, cri1)
 	s.baseline = startLatencies(s.load.snapshot(), start, time.Now().Add(-10*time.Second))
 	for i, v := range []string{"2.0.0", "1.0.0", "2.0.0"} {
 		s.rollout(t, fmt.Sprintf("rollout %d", i+1), auditDS, auditImage(v))
@@ -695,6 +718,7 @@ func (s *suite) report(t *testing.T) {
 	}
 	fmt.Fprintf(&b, "\nworkload pod start (API create -> container running, seen by watch): no rollout %s; during rollouts %s\n",
 		latencySummary(s.baseline), latencySummary(s.during))
+	b.WriteString(criTable(s.criBase, s.criDuring))
 	t.Log(b.String())
 	if p := os.Getenv("NRI_HANDOVER_K8S_REPORT"); p != "" {
 		_ = os.WriteFile(p, []byte(b.String()), 0o644)

@@ -31,12 +31,12 @@ func TestMain(m *testing.M) {
 
 func TestProfileFor(t *testing.T) {
 	for v, want := range map[string]versioned.Profile{
-		"0.9.0":      {Tier: "v1", PidsLimit: 1024},
-		"1.0.0":      {Tier: "v1", PidsLimit: 1024},
-		"1.9.3-rc.1": {Tier: "v1", PidsLimit: 1024},
-		"2.0.0":      {Tier: "v2", PidsLimit: 4096},
-		"v2.1":       {Tier: "v2", PidsLimit: 4096},
-		"3.0.0":      {Tier: "v2", PidsLimit: 4096},
+		"0.9.0":      {Tier: "v1", CPUQuota: 50000},
+		"1.0.0":      {Tier: "v1", CPUQuota: 50000},
+		"1.9.3-rc.1": {Tier: "v1", CPUQuota: 50000},
+		"2.0.0":      {Tier: "v2", CPUQuota: 100000},
+		"v2.1":       {Tier: "v2", CPUQuota: 100000},
+		"3.0.0":      {Tier: "v2", CPUQuota: 100000},
 	} {
 		if got := versioned.ProfileFor(version.Must(version.NewVersion(v))); got != want {
 			t.Errorf("ProfileFor(%s) = %+v, want %+v", v, got, want)
@@ -133,14 +133,17 @@ func container(t *testing.T, rt *sim.Runtime, id string) *api.Container {
 	return c
 }
 
-func wantContainer(t *testing.T, rt *sim.Runtime, id, tier string, pids int64) {
+func wantContainer(t *testing.T, rt *sim.Runtime, id, tier string, quota int64) {
 	t.Helper()
 	c := container(t, rt, id)
 	if got := versioned.Tier(c); got != tier {
 		t.Errorf("container %s: %s=%q, want %q", id, versioned.EnvVar, got, tier)
 	}
-	if got := versioned.PidsLimit(c); got != pids {
-		t.Errorf("container %s: pids limit %d, want %d", id, got, pids)
+	if got := versioned.CPUQuota(c); got != quota {
+		t.Errorf("container %s: cpu quota %d, want %d", id, got, quota)
+	}
+	if got := versioned.CPUPeriod(c); got != versioned.Period {
+		t.Errorf("container %s: cpu period %d, want %d", id, got, versioned.Period)
 	}
 }
 
@@ -179,7 +182,7 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 	if got := v1.author.Synchronized(); fmt.Sprint(got) != fmt.Sprint([]string{pre.Id}) {
 		t.Fatalf("v1 synchronized %v, want [%s]", got, pre.Id)
 	}
-	wantContainer(t, rt, pre.Id, "", 1024)
+	wantContainer(t, rt, pre.Id, "", 50000)
 
 	var byV1 []string
 	for i := 0; i < 3; i++ {
@@ -187,7 +190,7 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantContainer(t, rt, c.Id, "v1", 1024)
+		wantContainer(t, rt, c.Id, "v1", 50000)
 		byV1 = append(byV1, c.Id)
 	}
 	stopped := byV1[2]
@@ -205,12 +208,12 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 	if fmt.Sprint(ids) != fmt.Sprint(live) {
 		t.Fatalf("v2 reconciled %v, want v1's running containers %v", ids, live)
 	}
-	// The runtime saw exactly those updates, with v2's pids limit.
+	// The runtime saw exactly those updates, with v2's quota.
 	var updated []string
 	for _, u := range rt.Updates() {
 		updated = append(updated, u.GetContainerId())
-		if got := u.GetLinux().GetResources().GetPids().GetLimit(); got != 4096 {
-			t.Errorf("update of %s: pids limit %d, want 4096", u.GetContainerId(), got)
+		if got := u.GetLinux().GetResources().GetCpu().GetQuota().GetValue(); got != 100000 {
+			t.Errorf("update of %s: cpu quota %d, want 100000", u.GetContainerId(), got)
 		}
 	}
 	sort.Strings(updated)
@@ -218,19 +221,19 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 		t.Fatalf("runtime received updates for %v, want exactly %v", updated, live)
 	}
 	for _, id := range live {
-		wantContainer(t, rt, id, "v1", 4096) // the environment stays what the container started with
+		wantContainer(t, rt, id, "v1", 100000) // the environment stays what the container started with
 	}
-	wantContainer(t, rt, stopped, "v1", 1024)
+	wantContainer(t, rt, stopped, "v1", 50000)
 	if got := v2.author.Synchronized(); fmt.Sprint(got) != fmt.Sprint([]string{pre.Id}) {
 		t.Fatalf("v2 synchronized %v, want [%s]", got, pre.Id)
 	}
-	wantContainer(t, rt, pre.Id, "", 4096)
+	wantContainer(t, rt, pre.Id, "", 100000)
 
 	c, err := rt.CreateContainer(ctx, pod.Id, "by-v2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantContainer(t, rt, c.Id, "v2", 4096)
+	wantContainer(t, rt, c.Id, "v2", 100000)
 
 	// Another v2 instance (a restart of v2) is given v1's containers again
 	// (their stamps still say v1) and finds them up to date.
@@ -248,7 +251,7 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 	if ids := v1b.takeOver(t, rt, 4); len(ids) != 0 {
 		t.Fatalf("rollback to v1 reconciled %v, want nothing", ids)
 	}
-	wantContainer(t, rt, c.Id, "v2", 4096)
+	wantContainer(t, rt, c.Id, "v2", 100000)
 
 	st := rt.Stats()
 	if st.FailedCreates != 0 || len(st.Timeouts) != 0 {
@@ -261,5 +264,36 @@ func TestUpgradeReconcilesExactlyV1Containers(t *testing.T) {
 	}
 	if st := v1.p.Status(); !strings.HasPrefix(st.Reason, "yielded to b-v2") {
 		t.Errorf("v1 retired with reason %q", st.Reason)
+	}
+}
+
+// TestKubeletLimitKept: a container the kubelet gave a CPU limit (its
+// quota, with the kubelet's 100 ms period) keeps it: no version sets or
+// updates its quota. One with an older version's quota is updated.
+func TestKubeletLimitKept(t *testing.T) {
+	p, err := versioned.New("2.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withQuota := func(id string, quota int64, period uint64) *api.Container {
+		return &api.Container{Id: id, Linux: &api.LinuxContainer{Resources: &api.LinuxResources{
+			Cpu: &api.LinuxCPU{Quota: api.Int64(quota), Period: api.UInt64(period)}}}}
+	}
+	limited := withQuota("limited", 150000, 100000)
+	adj, _, err := p.CreateContainer(context.Background(), nil, limited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu := adj.GetLinux().GetResources().GetCpu(); cpu.GetQuota() != nil || cpu.GetPeriod() != nil {
+		t.Errorf("CreateContainer changed the kubelet's CPU limit: %v", cpu)
+	}
+	older := withQuota("older", 50000, versioned.Period)
+	current := withQuota("current", 100000, versioned.Period)
+	ups, err := p.Synchronize(context.Background(), nil, []*api.Container{limited, older, current})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 1 || ups[0].GetContainerId() != "older" || ups[0].GetLinux().GetResources().GetCpu().GetQuota().GetValue() != 100000 {
+		t.Errorf("updates %v, want only older's quota raised to 100000", ups)
 	}
 }
