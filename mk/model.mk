@@ -10,7 +10,7 @@ TEST_EXTRA += model
 model:
 	@bash handover/model/check.sh
 
-## model-cut: only the per-event cut's runs (cut.pml; about 20 s of CPU).
+## model-cut: only the per-event cut's runs (cut.pml; a few seconds of CPU).
 model-cut:
 	@bash handover/model/check.sh cut
 
