@@ -242,11 +242,18 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			claimTag := c.claimTag
 			c.claimTag = 0 // not in a Synchronize: outright
 			c.mainTag = tag
-			c.takeCutLocked(false)
+			prev, _ := c.takeCutLocked(false)
 			c.claimTag = claimTag
+			epoch := c.epoch
 			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
 			c.cutMoved(tag, true)
+			if prev.owner != 0 && c.cfg.OnPromoted != nil {
+				// Events since this connection's Synchronize went to a
+				// connection that is gone: a container created then is
+				// unprocessed. Catch up as after a promotion.
+				c.cfg.OnPromoted(epoch)
+			}
 			return c.OwnsCut(tag)
 		}
 		// Idle: promote by a swap from a word with the quiet mark set (no
