@@ -1394,6 +1394,7 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	// then this instance still does.
 	if !c.awaitCutReleased(ctx) {
 		c.log.Warn("leaving: the successor was not seen in the runtime's chain in time")
+		c.releaseCut()
 	}
 
 	// A handler that does not return by ctx's end is left behind: the

@@ -379,3 +379,24 @@ func (c *Coordinator) ActedBefore() bool {
 	_, n, ok := c.cfg.Dir.readCut()
 	return ok && n > 0
 }
+
+// releaseCut gives up the register of a leaving instance whose successor
+// was not seen in time: with no owner recorded, an heir knows its
+// predecessor left in order (nothing was lost to it) and takes over at once
+// without a catch-up. A handler still running (acted, not done) keeps the
+// register as it is: that event is in doubt.
+func (c *Coordinator) releaseCut() {
+	c.mu.Lock()
+	conns := make(map[uint16]bool, len(c.conns))
+	for t := range c.conns {
+		conns[t] = true
+	}
+	c.mu.Unlock()
+	c.cfg.Dir.updateCut(func(w *cutWord) bool {
+		if !conns[w.owner] || (w.acted && !w.done) {
+			return false
+		}
+		w.owner, w.ownerSeen = 0, false
+		return true
+	})
+}
