@@ -834,7 +834,12 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 		p.configured = false
 		p.stubMu.Unlock()
 	}
-	if err := s.Start(ctx); err != nil {
+	// The connection outlives Run's context: an owner asked to stop keeps
+	// acting until its successor does (leave), and the stub derives every
+	// handler's context from this one. The harness closes the connection
+	// itself (disconnect, stopQuietly); a stop never cuts a registration
+	// in half, which the stub's registration timeout bounds.
+	if err := s.Start(context.WithoutCancel(ctx)); err != nil {
 		p.disconnect(c)
 		return nil, fmt.Errorf("start NRI stub: %w", err)
 	}

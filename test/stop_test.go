@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,5 +144,47 @@ func TestFallbackTakesBackFromALeavingSuccessor(t *testing.T) {
 	rep := n.check()
 	if rep.ByInstance["a-v1"] == 0 || rep.ByInstance["b-v2"] == 0 {
 		t.Fatalf("acts by instance %v: want both", rep.ByInstance)
+	}
+}
+
+// ctxWatcher is the audit plugin that counts the CreateContainer requests
+// whose context had already ended when the handler ran.
+type ctxWatcher struct {
+	*audit.Plugin
+	ended atomic.Int32
+}
+
+func (w *ctxWatcher) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if ctx.Err() != nil {
+		w.ended.Add(1)
+	}
+	return w.Plugin.CreateContainer(ctx, pod, ctr)
+}
+
+// TestLeavingOwnerHandlersGetALiveContext: an owner asked to stop keeps
+// acting until its successor does, and its handlers get contexts that have
+// not ended: Run's context ending is the request to leave, not the end of
+// the requests the owner still serves.
+func TestLeavingOwnerHandlersGetALiveContext(t *testing.T) {
+	n := newNode(t)
+	author := &ctxWatcher{Plugin: n.auditPlugin("a-v1", "1.0.0")}
+	v1 := n.startAuthor("a-v1", "1.0.0", author)
+	waitReady(t, v1)
+	stopped := make(chan error, 1)
+	go func() { stopped <- v1.run.Stop() }()
+	testutil.WaitStatus(t, v1.p, "v1 leaving", func(st handover.Status) bool { return st.Leaving })
+	if err := n.rt.Lifecycle(context.Background(), "while-leaving", 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := author.ended.Load(); got != 0 {
+		t.Errorf("%d CreateContainer requests to the leaving owner had an ended context", got)
+	}
+	v2 := n.start("b-v1", "1.0.0")
+	if err := <-stopped; err != nil {
+		t.Fatalf("v1's Run: %v", err)
+	}
+	waitReady(t, v2)
+	if rep := n.check(); rep.ByInstance["a-v1"] == 0 {
+		t.Fatalf("acts by instance %v: v1 acted on nothing while leaving", rep.ByInstance)
 	}
 }

@@ -375,11 +375,15 @@ func query(ctx context.Context, path string, timeout time.Duration) queryResult 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cl, err := protocol.Dial(ctx, path)
-	switch {
-	case errors.Is(err, protocol.ErrNoInstance):
+	if err != nil {
+		// Whatever the dial says (on a loaded machine the deadline may pass
+		// before it starts), a socket that is not there is an instance gone.
 		if _, serr := os.Lstat(path); errors.Is(serr, fs.ErrNotExist) {
 			return queryResult{state: stateGone, err: "socket removed: the instance exited"}
 		}
+	}
+	switch {
+	case errors.Is(err, protocol.ErrNoInstance):
 		return queryResult{state: stateGone, err: "nothing listens on the socket: the instance died without removing it"}
 	case errors.Is(err, fs.ErrPermission):
 		return queryResult{state: stateNotAnswering, err: "permission denied (run as the plugins' user, usually root)"}
