@@ -669,6 +669,7 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			// Reconnected to the runtime (e.g. after a runtime restart):
 			// keep the role, and repair the owner name if it is missing.
 			err := c.ensurePublished(ctx)
+			var taken cutTaken
 			c.mu.Lock()
 			if c.role == api.Role_ROLE_OWNER {
 				// The new connection is heir of the old one (if the
@@ -676,9 +677,11 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 				if w, _, _ := c.cfg.Dir.readCut(); c.conns[w.owner] != 0 || w.owner == 0 {
 					c.heirFrom = ""
 				}
-				c.recordCutLocked(c.takeCutLocked(true))
+				taken = c.takeCutLocked(true)
+				c.recordCutLocked(taken)
 			}
 			c.mu.Unlock()
+			c.reportInDoubt(taken)
 			return c.currentRole(), err
 		}
 		// Another instance published itself while this one was away (it
@@ -868,8 +871,10 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	}
 	c.setLocked(api.Role_ROLE_OWNER, reason)
 	c.heirFrom = from.GetId()
-	c.recordCutLocked(c.takeCutLocked(from != nil))
+	taken := c.takeCutLocked(from != nil)
+	c.recordCutLocked(taken)
 	c.mu.Unlock()
+	c.reportInDoubt(taken)
 	c.releaseEvents()
 	c.failpoint(StepOwner)
 	return api.Role_ROLE_OWNER, nil
@@ -877,9 +882,9 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 
 // recordCutLocked keeps what a claim in progress did to the register, for
 // giveBackCut. Call with mu.
-func (c *Coordinator) recordCutLocked(prev cutWord, tag uint16) {
-	if c.claimTag != 0 && tag == c.claimTag {
-		c.claimCut, c.claimCutTag = prev, tag
+func (c *Coordinator) recordCutLocked(t cutTaken) {
+	if c.claimTag != 0 && t.tag == c.claimTag {
+		c.claimCut, c.claimCutTag = t.prev, t.tag
 	}
 }
 

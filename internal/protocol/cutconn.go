@@ -120,14 +120,25 @@ func (c *Coordinator) cutTagLocked() uint16 {
 	return c.mainTag
 }
 
+// cutTaken is what takeCutLocked did: the register as it was (for
+// giveBackCut), the connection it was taken for, and whether the event the
+// previous owner was inside is now in doubt (reported by reportInDoubt,
+// once mu is released: callbacks never run under it).
+type cutTaken struct {
+	prev    cutWord
+	tag     uint16
+	inDoubt bool
+}
+
 // takeCutLocked moves the register for this instance, which has just
-// become or stayed owner: as heir of a live owner (heir), or outright. It
-// returns the register as it was, for giveBackCut. Call with mu.
-func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
-	tag = c.cutTagLocked()
-	if tag == 0 {
-		return cutWord{}, 0
+// become or stayed owner: as heir of a live owner (heir), or outright.
+// Call with mu; call reportInDoubt with the result after releasing it.
+func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
+	t.tag = c.cutTagLocked()
+	if t.tag == 0 {
+		return t
 	}
+	tag := t.tag
 	events := c.conns[tag]
 	// A claim made inside a Synchronize is for a connection the runtime
 	// has not appended yet: it becomes heir, whoever owns the register.
@@ -140,19 +151,8 @@ func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
 			c.heirOfNobody = tag // nobody else acts: no need to wait long
 		}
 	}
-	var inDoubt bool
-	defer func() {
-		if inDoubt {
-			c.log.WithFields(logrus.Fields{"event_key": prev.key, "from_conn": prev.owner}).
-				Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
-			c.inDoubt.Add(1)
-			if c.cfg.OnInDoubt != nil {
-				c.cfg.OnInDoubt()
-			}
-		}
-	}()
 	_, _ = c.cfg.Dir.updateCut(func(w *cutWord) bool {
-		prev, inDoubt = *w, false
+		t.prev, t.inDoubt = *w, false
 		switch {
 		case w.owner == tag:
 			return false
@@ -161,13 +161,27 @@ func (c *Coordinator) takeCutLocked(heir bool) (prev cutWord, tag uint16) {
 			// (model finding C2); quiet arms the idle rule.
 			w.heir, w.heirSeen, w.quiet = tag, false, true
 		default:
-			inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
-			w.inDoubt = w.inDoubt || inDoubt
+			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
+			w.inDoubt = w.inDoubt || t.inDoubt
 			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, false, false
 		}
 		return true
 	})
-	return prev, tag
+	return t
+}
+
+// reportInDoubt logs, counts and passes on an event a takeover found in
+// doubt: the previous owner died inside its handler. Call without mu.
+func (c *Coordinator) reportInDoubt(t cutTaken) {
+	if !t.inDoubt {
+		return
+	}
+	c.log.WithFields(logrus.Fields{"event_key": t.prev.key, "from_conn": t.prev.owner}).
+		Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
+	c.inDoubt.Add(1)
+	if c.cfg.OnInDoubt != nil {
+		c.cfg.OnInDoubt()
+	}
 }
 
 // giveBackCut undoes takeCutLocked for a claim that did not settle as
@@ -242,10 +256,12 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			claimTag := c.claimTag
 			c.claimTag = 0 // not in a Synchronize: outright
 			c.mainTag = tag
-			prev, _ := c.takeCutLocked(false)
+			taken := c.takeCutLocked(false)
 			c.claimTag = claimTag
 			epoch := c.epoch
 			c.mu.Unlock()
+			c.reportInDoubt(taken)
+			prev := taken.prev
 			c.lastActing.Store(uint32(tag))
 			c.cutMoved(tag, true)
 			if prev.owner != 0 && c.cfg.OnPromoted != nil {
