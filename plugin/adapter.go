@@ -222,16 +222,25 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	var (
 		updates []*api.ContainerUpdate
 		older   []*StampedContainer
+		handed  []string // unstamped containers handed to the author
 	)
 	// ready runs once this instance has claimed ownership. Every stamp is
 	// verified (a bad one is counted and logged); the lists are built only
 	// for the hooks the author has: with 10,000 containers they are what
 	// the harness holds on to while it synchronizes.
 	ready := func(ctx context.Context) error {
+		synced := map[string]bool{}
+		if hasSync {
+			var err error
+			if synced, err = p.dir.SyncedUnstamped(); err != nil {
+				// Worst case the author sees some containers again.
+				p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
+			}
+		}
 		var fresh []*api.Container
 		for _, c := range ctrs {
 			if !reconcile {
-				if p.check(c) != nil && hasSync {
+				if hasSync && !synced[c.GetId()] && p.check(c) != nil {
 					fresh = append(fresh, c)
 				}
 				continue
@@ -239,7 +248,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			st, err := p.verify(c)
 			switch {
 			case err != nil:
-				if hasSync {
+				if hasSync && !synced[c.GetId()] {
 					fresh = append(fresh, c)
 				}
 			case st.Older(p.version):
@@ -259,11 +268,26 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			return fmt.Errorf("author Synchronize: %w", err)
 		}
 		updates = u
+		handed = handed[:0]
+		for _, c := range fresh {
+			handed = append(handed, c.GetId())
+		}
 		return nil
 	}
 	role, err := p.coord.ClaimConn(ctx, a.tag, ready)
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
+	}
+	if err == nil && role == hapi.Role_ROLE_OWNER && hasSync {
+		// Settled: the runtime applies the updates. Recorded, these
+		// containers are not handed to a later owner's author again.
+		present := make(map[string]bool, len(ctrs))
+		for _, c := range ctrs {
+			present[c.GetId()] = true
+		}
+		if rerr := p.dir.RecordSyncedUnstamped(handed, func(id string) bool { return present[id] }); rerr != nil {
+			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
+		}
 	}
 	if errors.Is(err, protocol.ErrNotReady) {
 		// The runtime drops an instance whose Synchronize fails, as it

@@ -96,10 +96,85 @@ func TestPromotedOwnerCatchesUp(t *testing.T) {
 				if v1.Plugin().Role() != handover.RoleOwner {
 					t.Fatalf("v1 caught up as %v, want owner", v1.Plugin().Role())
 				}
-				return // caught up
+				// Caught up once: the next owner's author is not handed
+				// it again (it still carries no stamp).
+				v3, err := n.Start("3.0.0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := v3.WaitOwner(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if ids := lastSynced(synced); slices.Contains(ids, orphan.Id) {
+					t.Fatalf("v3's Synchronize was handed %s again: %v", orphan.Id, ids)
+				}
+				return
 			}
 		case <-ctx.Done():
 			t.Fatalf("container %s, created while nobody acted, was never handed to the author", orphan.Id)
+		}
+	}
+}
+
+// lastSynced returns the containers of the last Synchronize reported.
+func lastSynced(synced <-chan []string) []string {
+	var last []string
+	for {
+		select {
+		case ids := <-synced:
+			last = ids
+		default:
+			return last
+		}
+	}
+}
+
+// TestUnstampedContainersHandedOnce: containers that existed before the
+// plugin ran carry no stamp; the first owner's author is handed them in
+// Synchronize, and no later owner's author is handed them again.
+func TestUnstampedContainersHandedOnce(t *testing.T) {
+	synced := make(chan []string, 16)
+	n, err := plugintest.NewNode(plugintest.Config{
+		Name: "catchup",
+		Plugin: func(v string) (interface{}, []plugin.Option) {
+			return &catchUpAuthor{version: v, synced: synced}, nil
+		},
+		Log: testLog(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pod, err := n.Runtime().RunPod(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := n.Runtime().CreateContainer(ctx, pod.Id, "before-the-plugin", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := n.Start("1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ids := <-synced; !slices.Contains(ids, before.Id) {
+		t.Fatalf("v1's Synchronize was not handed %s: %v", before.Id, ids)
+	}
+	for _, v := range []string{"2.0.0", "3.0.0"} {
+		next, err := n.Start(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.WaitOwner(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ids := lastSynced(synced); ids == nil || slices.Contains(ids, before.Id) {
+			t.Fatalf("%s's Synchronize: %v; want it called, without %s", v, ids, before.Id)
 		}
 	}
 }

@@ -94,3 +94,30 @@ func TestEventKeyIsNeverZero(t *testing.T) {
 		}
 	}
 }
+
+// TestSyncedUnstampedList: the list adds what an owner synchronized and
+// drops the containers that are gone; a missing list is empty.
+func TestSyncedUnstampedList(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if ids, err := d.SyncedUnstamped(); err != nil || len(ids) != 0 {
+		t.Fatalf("a new directory's list: %v, %v", ids, err)
+	}
+	all := func(string) bool { return true }
+	if err := d.RecordSyncedUnstamped([]string{"a", "b"}, all); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RecordSyncedUnstamped([]string{"c"}, func(id string) bool { return id != "a" }); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := d.SyncedUnstamped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 2 || !ids["b"] || !ids["c"] {
+		t.Fatalf("list %v, want b and c", ids)
+	}
+}
