@@ -229,26 +229,30 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	// for the hooks the author has: with 10,000 containers they are what
 	// the harness holds on to while it synchronizes.
 	ready := func(ctx context.Context) error {
-		synced := map[string]bool{}
-		if hasSync {
-			var err error
-			if synced, err = p.dir.SyncedUnstamped(); err != nil {
-				// Worst case the author sees some containers again.
-				p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
-			}
+		synced, err := p.dir.SyncedUnstamped()
+		if err != nil {
+			// Worst case the author sees some containers again.
+			p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
 		}
 		var fresh []*api.Container
 		for _, c := range ctrs {
+			by, wasSynced := synced[c.GetId()]
 			if !reconcile {
-				if hasSync && !synced[c.GetId()] && p.check(c) != nil {
+				if hasSync && !wasSynced && p.check(c) != nil {
 					fresh = append(fresh, c)
 				}
 				continue
 			}
 			st, err := p.verify(c)
 			switch {
+			case err != nil && wasSynced:
+				// Synchronized by an earlier owner: its record is the stamp.
+				if v, verr := stamp.ParseVersion(by.Version); verr == nil && v.LessThan(p.version) {
+					older = append(older, &StampedContainer{Container: c, Stamp: stamp.Stamp{
+						Plugin: p.cfg.name, ContainerID: c.GetId(), Version: v, Instance: by.Instance}})
+				}
 			case err != nil:
-				if hasSync && !synced[c.GetId()] {
+				if hasSync {
 					fresh = append(fresh, c)
 				}
 			case st.Older(p.version):
@@ -285,7 +289,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		for _, c := range ctrs {
 			present[c.GetId()] = true
 		}
-		if rerr := p.dir.RecordSyncedUnstamped(handed, func(id string) bool { return present[id] }); rerr != nil {
+		by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] }); rerr != nil {
 			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
 		}
 	}

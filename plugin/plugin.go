@@ -78,7 +78,10 @@ type StampedContainer struct {
 // ReconcileInterface is implemented by plugins that bring containers
 // processed by an older version up to date. Reconcile is called once, in
 // its own goroutine, each time this instance becomes owner, with the
-// containers whose stamp names an older version (possibly none). It runs
+// containers whose stamp names an older version (possibly none); a
+// container an older version's Synchronize processed without a stamp (it
+// existed before the plugin, or was created while no instance acted) comes
+// with a stamp that names that version. It runs
 // outside any NRI request, so it may call Plugin.UpdateContainers.
 type ReconcileInterface interface {
 	Reconcile(ctx context.Context, p *Plugin, olderStamped []*StampedContainer) error
@@ -270,8 +273,9 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 			pl.log.WithField("epoch", epoch).Warn("promoted to owner after the previous owner vanished; catching up")
 			pl.requestCatchUp()
 		},
-		OnOutcome: pl.obs.Outcome,
-		OnInDoubt: pl.obs.InDoubt,
+		OnOutcome:   pl.obs.Outcome,
+		OnInDoubt:   pl.obs.InDoubt,
+		AtLeastOnce: c.atLeastOnce,
 	})
 	if err != nil {
 		return nil, err

@@ -149,7 +149,9 @@ func TestDowngradePolicy(t *testing.T) {
 		v2 := n.start("a-v2", "2.0.0")
 		waitRole(t, v2, handover.RoleOwner)
 		v1 := n.start("b-v1", "1.0.0")
-		waitRole(t, v1, handover.RoleOwner)
+		// Ready: v1 acts (the old owner acts until the runtime has v1 in
+		// its chain, which an event or the idle rule shows).
+		waitReady(t, v1)
 		waitRole(t, v2, handover.RoleRetired)
 		n.lifecycles(5)
 		rep := n.check()

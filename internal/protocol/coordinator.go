@@ -65,6 +65,9 @@ type Config struct {
 	// owner that died inside a handler: that event is in doubt (see
 	// docs/design.md). Must not block.
 	OnInDoubt func()
+	// AtLeastOnce: an event in doubt is acted on again by the connection
+	// that took over (by default it is not: at most once).
+	AtLeastOnce bool
 	// Failpoint, if set, is called at each step of the protocol (see Step).
 	// Fault tests use it to stop or kill an instance at an exact step; it is
 	// nil in production.
@@ -151,12 +154,13 @@ type Coordinator struct {
 	// Synchronize takes the cut for it (see cutconn.go).
 	conns             map[uint16]uint64
 	claimTag, mainTag uint16
-	claimCut          cutWord // the register before the claim in progress moved it
-	claimCutTag       uint16  // the connection it moved it for (0: not moved)
-	heirOfNobody      uint16  // an heir that claimed with no live owner
-	heirFrom          string  // the instance an heir's claim was granted by ("": none, or this one)
-	successorLeaving  bool    // the instance this one yielded to is stopping
-	claimHeirEvents   uint64  // the heir mask the claim in progress replaced
+	claimCut          cutWord             // the register before the claim in progress moved it
+	claimCutTag       uint16              // the connection it moved it for (0: not moved)
+	heirOfNobody      uint16              // an heir that claimed with no live owner
+	heirFrom          string              // the instance an heir's claim was granted by ("": none, or this one)
+	successorLeaving  bool                // the instance this one yielded to is stopping
+	claimHeirEvents   uint64              // the heir mask the claim in progress replaced
+	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
@@ -198,13 +202,14 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
 	c := &Coordinator{
-		cfg:      cfg,
-		self:     s,
-		role:     api.Role_ROLE_JOINING,
-		events:   make(chan struct{}, 1),
-		watchers: map[string]*api.Instance{},
-		changed:  make(chan struct{}),
-		conns:    map[uint16]uint64{},
+		cfg:       cfg,
+		self:      s,
+		role:      api.Role_ROLE_JOINING,
+		events:    make(chan struct{}, 1),
+		watchers:  map[string]*api.Instance{},
+		changed:   make(chan struct{}),
+		conns:     map[uint16]uint64{},
+		sightings: map[uint16]sighting{},
 	}
 	c.log = cfg.Log.WithFields(logrus.Fields{
 		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,
@@ -981,7 +986,8 @@ func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
 	}
 }
 
-// yield handles a Yield request: see service.Yield.
+// yield handles a Yield request: see service.Yield. It returns nil when
+// it does not answer (an owner stuck in an event).
 // ctx is the request's: it ends when the taker's call is abandoned (its
 // deadline passed, or its connection closed because it died).
 func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.YieldResponse {
@@ -1015,7 +1021,11 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 	}
 	switch {
 	case !held && ctx.Err() != nil:
-		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
+		// Stuck in an event for as long as the taker waited: no answer,
+		// as from a hung owner (a refusal that reaches the taker just
+		// before its own deadline would keep it from taking over).
+		c.log.WithField("taker", taker.GetId()).Info("yield: an event handler did not return while the taker waited; not answering")
+		return nil
 	case !held:
 		// An event handler of this instance has not returned by the
 		// taker's deadline: answering now would not be atomic with it.
@@ -1489,7 +1499,10 @@ func (s *service) Status(context.Context, *api.StatusRequest) (*api.StatusRespon
 }
 
 func (s *service) Yield(ctx context.Context, req *api.YieldRequest) (*api.YieldResponse, error) {
-	return s.c.yield(ctx, req), nil
+	if resp := s.c.yield(ctx, req); resp != nil {
+		return resp, nil
+	}
+	return nil, fmt.Errorf("yield: the owner is stuck in an event: %w", context.DeadlineExceeded)
 }
 
 func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {

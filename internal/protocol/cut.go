@@ -35,6 +35,7 @@ const (
 	eventsOffset  = 24 // events the owner or heir was first called for
 	connTagOffset = 32 // the last connection tag handed out
 	heirMaskCut   = 40 // the events the heir connection subscribes to
+	ownerMaskCut  = 48 // the owner connection's tag (bits 48-63) and the events it subscribes to
 )
 
 // cutWord is the decoded register.
@@ -102,9 +103,64 @@ type Decision struct {
 	Promoted   bool // this connection became owner at this event
 	HandedOver bool // this connection handed over to its heir at this event
 	// InDoubt: the connection that acted on this event died inside its
-	// handler (this one took over from it meanwhile); Act is false.
+	// handler, or the runtime gave up on it (this one took over from it);
+	// Act only if the caller acts at least once.
 	InDoubt bool
+	// Overrun: the connection that acted on the recorded event had not
+	// finished its handler when the runtime called this one, so the
+	// runtime had given up on it (its request timed out or its connection
+	// broke): this connection took the register over. The recorded event
+	// is in doubt (it is this event if InDoubt is set).
+	Overrun bool
+
+	saw sighting // for the caller's next call
 }
+
+// caller is what a connection knows of itself for decide.
+type caller struct {
+	// mayTakeOver: the connection may take the register over from an
+	// owner that overran (the newest connection of a live instance that
+	// is not leaving).
+	mayTakeOver bool
+	// atLeastOnce: it acts on an event in doubt.
+	atLeastOnce bool
+	// events are the kinds the connection subscribes to (1<<event).
+	events uint64
+	// prev is what it saw at its previous call (see sighting).
+	prev sighting
+}
+
+// sighting is what a connection that neither owns nor inherits the
+// register saw when it was called for an event: decide returns it, and the
+// caller passes it back with its next call.
+type sighting struct {
+	valid  bool
+	first  bool   // the register did not record the event's key: the owner had not been called for it yet
+	owner  uint16 // the register's owner then
+	kind   uint64 // the event's kind
+	events uint64 // the events counter then
+}
+
+// skipped reports whether the owner was never called for the event of the
+// caller's previous sighting although it subscribes to its kind: the
+// register did not record that event when the caller was called first for
+// it, and no connection recorded a new event since (the owner, called
+// after it, would have). The runtime dropped the owner, or it is frozen
+// outside its handlers.
+func (d *Dir) skipped(w cutWord, prev sighting, events uint64) bool {
+	if !prev.valid || !prev.first || w.owner == 0 || w.owner != prev.owner || events != prev.events {
+		return false
+	}
+	m := atomic.LoadUint64(d.word(ownerMaskCut))
+	return uint16(m>>48) == w.owner && m&prev.kind != 0
+}
+
+// overran reports whether the register's acting connection is still
+// inside its handler for the recorded event while the runtime calls
+// another connection. Events are serialized and the connections of one
+// event called one after another, and a handler's finish is recorded
+// before its answer is sent: so the runtime has given up on it.
+func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !w.inDoubt }
 
 // decide runs the cut for one event at connection tag: key is its
 // EventKey, kind its bit in the events an heir subscribes to (see
@@ -119,10 +175,18 @@ type Decision struct {
 //  2. Otherwise tag is first for a new event. An heir is in the chain, as
 //     this call shows: it becomes owner and acts. The owner hands over to
 //     its heir here if the heir was called for the recorded event, this
-//     event has a different key (so that call was not for this event: see
-//  1. and the heir subscribes to this kind; it then does not act, and
-//     the heir acts when called (1). Otherwise the owner acts.
-func (d *Dir) decide(tag uint16, key uint32, kind uint64) Decision {
+//     event has a different key (so that call was not for this event, as
+//     in 1) and the heir subscribes to this kind; it then does not act,
+//     and the heir acts when called (1). Otherwise the owner acts.
+//  3. The acting connection overran (see cutWord.overran): the heir, or
+//     any other connection that may take over, becomes owner at once. If
+//     this call may be for the recorded event (it has its key, and the
+//     heir was not called for it), this event is in doubt; otherwise the
+//     recorded event is, and this one is acted on.
+//  4. Any other connection that may take over finds that the owner was
+//     not called at all for the event it was last called for (see
+//     skipped): it becomes owner and acts; that event is in doubt.
+func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
 	if d.gen == nil || tag == 0 {
@@ -133,13 +197,42 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64) Decision {
 		old := atomic.LoadUint64(reg)
 		w := decodeCut(old)
 		isOwner, isHeir := w.owner == tag, w.heir == tag
-		if !isOwner && !isHeir {
-			return Decision{}
-		}
 		var dec Decision
+		skipped := false
+		if !isOwner && !isHeir {
+			events := atomic.LoadUint64(d.word(eventsOffset))
+			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
+			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
+			if !skipped && !(me.mayTakeOver && w.overran()) {
+				return dec
+			}
+		}
 		newEvent := false
 		seen := (isOwner && w.ownerSeen) || (isHeir && w.heirSeen)
-		if w.key == key && !seen {
+		if skipped {
+			// 4: the owner was not called for the previous event: it is
+			// gone from the chain (that event is in doubt); this one is new.
+			dec.Overrun, dec.Promoted, dec.Act = true, true, true
+			newEvent = true
+			w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
+		} else if !isOwner && w.overran() {
+			// 3: take over from a connection the runtime gave up on. A
+			// connection other than the heir keeps no record of the events
+			// it was called for: the recorded key is always this event's
+			// to it (a new event with the same key is declared in doubt
+			// rather than risk acting twice).
+			dec.Overrun, dec.Promoted = true, true
+			if w.key == key && !seen {
+				w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
+				w.inDoubt, dec.InDoubt = true, true
+				dec.Act = me.atLeastOnce
+				w.done = !dec.Act
+			} else {
+				newEvent = true
+				w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
+				dec.Act = true
+			}
+		} else if w.key == key && !seen {
 			// 1: second for the recorded event (or ambiguous).
 			if isOwner {
 				w.ownerSeen = true
@@ -177,6 +270,13 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64) Decision {
 			atomic.AddUint64(d.word(eventsOffset), 1)
 		}
 		if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+			switch {
+			case w.owner == tag:
+				d.storeOwnerEvents(tag, me.events) // for rule 4
+			case dec.HandedOver:
+				d.storeOwnerEvents(w.owner, atomic.LoadUint64(d.word(heirMaskCut)))
+			}
+			dec.saw = sighting{}
 			return dec
 		}
 	}
@@ -246,6 +346,23 @@ func (d *Dir) newConnTag() uint16 {
 		if t := uint16(atomic.AddUint64(d.word(connTagOffset), 1)); t != 0 {
 			return t
 		}
+	}
+}
+
+// setOwnerEvents records the events the owner connection tag subscribes
+// to (rule 4 of decide uses them only while tag owns the register).
+func (d *Dir) setOwnerEvents(tag uint16, mask uint64) {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen != nil {
+		d.storeOwnerEvents(tag, mask)
+	}
+}
+
+// storeOwnerEvents is setOwnerEvents; call with genMu read-locked.
+func (d *Dir) storeOwnerEvents(tag uint16, mask uint64) {
+	if m := uint64(tag)<<48 | mask&(1<<48-1); atomic.LoadUint64(d.word(ownerMaskCut)) != m {
+		atomic.StoreUint64(d.word(ownerMaskCut), m)
 	}
 }
 

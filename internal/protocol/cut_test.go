@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"math/rand"
+	"slices"
 	"testing"
 )
 
@@ -56,7 +57,7 @@ func TestCutActsOncePerEvent(t *testing.T) {
 			key := uint32(1 + rng.Intn(keys))
 			acts := 0
 			for _, j := range rng.Perm(len(chain)) {
-				if dec := d.decide(chain[j], key, 1<<3); dec.Act {
+				if dec := d.decide(chain[j], key, 1<<3, caller{}); dec.Act {
 					acts++
 					d.finish(chain[j], key)
 				}
@@ -80,7 +81,7 @@ func TestCutFailedNewcomerChangesNothing(t *testing.T) {
 	a, b := d.newConnTag(), d.newConnTag()
 	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: a, heir: b}; return true })
 	for i := 0; i < 10; i++ {
-		if !d.decide(a, uint32(1+i%2), 1).Act {
+		if !d.decide(a, uint32(1+i%2), 1, caller{}).Act {
 			t.Fatalf("event %d: the owner did not act while its heir was never in the chain", i)
 		}
 	}
@@ -107,17 +108,125 @@ func TestSyncedUnstampedList(t *testing.T) {
 		t.Fatalf("a new directory's list: %v, %v", ids, err)
 	}
 	all := func(string) bool { return true }
-	if err := d.RecordSyncedUnstamped([]string{"a", "b"}, all); err != nil {
+	v1, v2 := SyncedBy{Version: "1.0.0", Instance: "a"}, SyncedBy{Version: "2.0.0", Instance: "b"}
+	if err := d.RecordSyncedUnstamped([]string{"a", "b"}, v1, all); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.RecordSyncedUnstamped([]string{"c"}, func(id string) bool { return id != "a" }); err != nil {
+	if err := d.RecordSyncedUnstamped([]string{"b", "c"}, v2, func(id string) bool { return id != "a" }); err != nil {
 		t.Fatal(err)
 	}
 	ids, err := d.SyncedUnstamped()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) != 2 || !ids["b"] || !ids["c"] {
-		t.Fatalf("list %v, want b and c", ids)
+	if len(ids) != 2 || ids["b"] != v1 || ids["c"] != v2 {
+		t.Fatalf("list %v, want b by v1 (the first to synchronize it) and c by v2", ids)
+	}
+	if err := d.RecordSyncedUnstamped([]string{"d"}, SyncedBy{Version: "1 0", Instance: "x"}, all); err == nil {
+		t.Fatal("a version with a space was recorded")
+	}
+}
+
+// TestCutTakesOverFromAnOverrun: the acting connection's handler does not
+// return in time (it hangs or dies inside it), or the owner is dropped by
+// the runtime before it is called for an event (frozen or killed between
+// events); the runtime goes on without it. A standby connection in the
+// chain, or the heir, takes over: an event the owner was inside of is
+// acted on once (by it) and declared in doubt; events the owner was not
+// called for are acted on by nobody until the standby can tell (the next
+// event, or later when keys repeat), then declared once; every later event
+// is acted on exactly once. Random chains, orders, keys and newcomers as
+// in TestCutActsOncePerEvent.
+func TestCutTakesOverFromAnOverrun(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	d, err := OpenDir(t.TempDir(), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const kind = 1 << 3
+	for run := 0; run < 20000; run++ {
+		const all = ^uint64(0)
+		owner, standby := d.newConnTag(), d.newConnTag()
+		d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+		d.setOwnerEvents(owner, kind) // as a claim does
+		chain := []uint16{owner, standby}
+		saw := map[uint16]sighting{}
+		events := 4 + rng.Intn(12)
+		keys := 1 + rng.Intn(3)
+		faultAt, inHandler := rng.Intn(events), rng.Intn(2) == 0
+		var pendingHeir uint16
+		appendAt := -1
+		declared, dropped, tookOver := 0, false, false
+		var recorded, prevKey uint32 // the last key recorded before the drop; the previous event's
+		for i := 0; i < events; i++ {
+			if pendingHeir == 0 && rng.Intn(3) == 0 {
+				pendingHeir = d.newConnTag()
+				d.setHeirEvents(all)
+				d.updateCut(func(w *cutWord) bool { w.heir, w.heirSeen = pendingHeir, false; return true })
+				appendAt = i + rng.Intn(4)
+			}
+			if pendingHeir != 0 && i >= appendAt {
+				chain = append(chain, pendingHeir)
+				pendingHeir = 0
+			}
+			key := uint32(1 + rng.Intn(keys))
+			if i == faultAt && !inHandler {
+				// Frozen or killed between events: dropped before its call.
+				w, _, _ := d.readCut()
+				if w.owner != standby && slices.Contains(chain, w.owner) {
+					recorded = w.key
+					chain = slices.DeleteFunc(chain, func(c uint16) bool { return c == w.owner })
+					dropped = true
+				}
+			}
+			acts, doubted := 0, false
+			order := rng.Perm(len(chain))
+			tags := make([]uint16, len(order))
+			for k, j := range order {
+				tags[k] = chain[j]
+			}
+			for _, tag := range tags {
+				dec := d.decide(tag, key, kind, caller{mayTakeOver: tag == standby, events: kind, prev: saw[tag]})
+				saw[tag] = dec.saw
+				if dec.Overrun {
+					declared++
+					tookOver = true
+				}
+				if dec.InDoubt {
+					doubted = true
+				}
+				if !dec.Act {
+					continue
+				}
+				acts++
+				if i == faultAt && inHandler && tag != standby {
+					// Hangs: the runtime gives up on it and drops it.
+					chain = slices.DeleteFunc(chain, func(c uint16) bool { return c == tag })
+					dropped = true
+					continue
+				}
+				d.finish(tag, key)
+			}
+			ok := acts == 1
+			switch {
+			case dropped && inHandler:
+				// The event right after may be declared in doubt instead
+				// (it has the key of the one that overran).
+				ok = ok || acts == 0 && doubted && i == faultAt+1
+			case dropped && !tookOver:
+				// Not called: nobody can act until the standby can tell.
+				ok = ok || acts == 0 && (i == faultAt || prevKey == recorded)
+			}
+			if !ok {
+				w, _, _ := d.readCut()
+				t.Fatalf("run %d, event %d (key %d, order %v, fault at %d, in handler %v): acted on %d times; register %+v",
+					run, i, key, tags, faultAt, inHandler, acts, w)
+			}
+			prevKey = key
+		}
+		if declared > 1 || !dropped && declared != 0 {
+			t.Fatalf("run %d: %d overruns declared (dropped: %v, at event %d of %d)", run, declared, dropped, faultAt, events)
+		}
 	}
 }

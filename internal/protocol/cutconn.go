@@ -42,6 +42,7 @@ func (c *Coordinator) DropConn(tag uint16) {
 	}
 	c.mu.Lock()
 	delete(c.conns, tag)
+	delete(c.sightings, tag)
 	c.mu.Unlock()
 	c.cfg.Dir.updateCut(func(w *cutWord) bool {
 		if w.heir != tag {
@@ -69,10 +70,22 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // Decide runs the cut for one event at connection tag (see Dir.decide);
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
-	d := c.cfg.Dir.decide(tag, key, kind)
+	c.mu.Lock()
+	me := caller{mayTakeOver: tag == c.mainTag && !c.left && !c.closed, atLeastOnce: c.cfg.AtLeastOnce,
+		events: c.conns[tag], prev: c.sightings[tag]}
+	c.mu.Unlock()
+	d := c.cfg.Dir.decide(tag, key, kind, me)
+	c.mu.Lock()
+	if _, ok := c.conns[tag]; ok {
+		c.sightings[tag] = d.saw
+	}
+	c.mu.Unlock()
+	if d.Overrun {
+		c.tookOverFromOverrun(tag, d)
+	}
 	// The first act of a connection: it was promoted now, or its
 	// predecessor handed over to it at this event.
-	first := d.Act && c.lastActing.Load() != uint32(tag)
+	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
 	if first {
 		c.lastActing.Store(uint32(tag))
 	}
@@ -80,6 +93,52 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		c.cutMoved(tag, !d.HandedOver)
 	}
 	return d
+}
+
+// tookOverFromOverrun follows a takeover of the register from a connection
+// the runtime gave up on (Decision.Overrun): the recorded event is in
+// doubt, and an instance that was not owner becomes owner outside any
+// Synchronize, as after a promotion (it catches up: a container created
+// in that event may be unprocessed).
+func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
+	c.log.WithFields(logrus.Fields{"conn": tag, "this_event": d.InDoubt}).
+		Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
+	c.inDoubt.Add(1)
+	if c.cfg.OnInDoubt != nil {
+		c.cfg.OnInDoubt()
+	}
+	if c.currentRole() == api.Role_ROLE_OWNER {
+		return // an heir: its claim made this instance owner already
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.ownAfterOverrun()
+	}()
+}
+
+// ownAfterOverrun makes this instance owner after one of its connections
+// took the register over from an owner the runtime gave up on. That owner
+// may be hung holding the claim lock: after a bounded wait this goes on
+// without it, as a take-back from an overdue taker does (whichever
+// instance published last owns the name; the other retires at its next
+// event).
+func (c *Coordinator) ownAfterOverrun() {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	unlock, err := c.cfg.Dir.Lock(ctx)
+	cancel()
+	if err == nil {
+		defer unlock()
+	} else if c.ctx.Err() != nil {
+		return
+	}
+	if c.currentRole() == api.Role_ROLE_OWNER || c.isClosed() {
+		return
+	}
+	if err := c.ownOutsideFence("promoted: the owner did not finish an event in time", OutcomePromoted, start); err != nil {
+		c.log.WithError(err).Warn("promotion after an overrun: publish failed")
+	}
 }
 
 // cutMoved logs a move of the register at this instance and wakes those
@@ -167,6 +226,9 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		}
 		return true
 	})
+	if w, _, _ := c.cfg.Dir.readCut(); w.owner == tag {
+		c.cfg.Dir.setOwnerEvents(tag, events)
+	}
 	return t
 }
 
@@ -290,6 +352,9 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			return true
 		})
 		if promoted {
+			c.mu.Lock()
+			d.setOwnerEvents(tag, c.conns[tag])
+			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
 			c.cutMoved(tag, true)
 			return true

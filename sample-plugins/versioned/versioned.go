@@ -125,7 +125,8 @@ func (p *Plugin) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Co
 
 // Synchronize sets this version's CPU quota on the running containers no
 // instance of the plugin created (they existed before it was installed):
-// the harness hands only those to the author's Synchronize.
+// the harness hands those, once, to the first owner's Synchronize; a newer
+// version gets them in Reconcile, as if that owner had stamped them.
 func (p *Plugin) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	updates, ids := p.updatesFor(ctrs)
 	if len(ids) > 0 {
