@@ -40,12 +40,22 @@
 //   - An event the owner was inside of when it died is in doubt: acted on
 //     at most once by default, at least once with plugin.WithAtLeastOnce;
 //     it is logged and counted either way.
-//   - A frozen owner (SIGSTOP) holds up each event for the runtime's request
-//     timeout until the runtime drops it; events it was called for and did
-//     not answer are lost to it, and the survivor acts from its promotion on.
+//   - A frozen or stuck owner (SIGSTOP, a handler that never returns)
+//     holds up the event it was called for until the runtime's request
+//     timeout; the runtime drops it, and a live standby or fallback takes
+//     over at the next event it is called for (cut.go, rules 3 and 4), or
+//     at the one after if the two have the same key: the event the owner
+//     held is declared in doubt, and the survivor catches up. Without a
+//     live standby, events until the owner thaws and reconnects are lost.
+//   - Rule 4 reads "the owner subscribes to this event and was not called
+//     for it" as "the runtime dropped it". A plugin of another name with
+//     the same index, called between the two instances, that fails the
+//     request also keeps the owner from being called: the standby then
+//     takes over needlessly (no event is acted on twice).
 //   - A runtime that calls only the newest connection of a name and index
-//     (containerd/nri PR 281) and falls back to an older one when the newest
-//     disconnects: events are missed until the older instance takes back.
+//     (containerd/nri PR 281): an older standby is not called while the
+//     newest is connected, and is called (and takes over, rule 4) once it
+//     is not; the event it disconnected in is in doubt.
 //
 // docs/design.md explains the protocol step by step; docs/model.md lists
 // what the Promela models check.
