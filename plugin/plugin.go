@@ -113,6 +113,12 @@ type Stats struct {
 	// nobody acted) that this instance handed to the author's Synchronize
 	// after taking over from an owner that died or hung.
 	CaughtUp uint64
+	// Gaps counts takeovers by this instance that found no instance
+	// acting since the last event acted on (the owner died, or was
+	// stopped, with no instance running to take over): the events of that
+	// window reached no instance. Each is logged with its length and
+	// counted in nri_handover_gaps_total.
+	Gaps uint64
 }
 
 // Plugin is one instance of an NRI plugin run by the harness.
@@ -275,6 +281,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 		OnOutcome:   pl.obs.Outcome,
 		OnInDoubt:   pl.obs.InDoubt,
+		OnGap:       pl.obs.Gap,
 		AtLeastOnce: c.atLeastOnce,
 	})
 	if err != nil {
@@ -470,7 +477,7 @@ func (p *Plugin) Stats() Stats {
 	return Stats{
 		Acted: p.acted.Load(), Skipped: p.skipped.Load(), SkippedStamped: p.skippedStamped.Load(),
 		BadStamps: p.badStamps.Load(), Stamped: p.stamped.Load(), Disconnects: p.disconnects.Load(),
-		InDoubt: p.coord.InDoubt(), CaughtUp: p.caughtUp.Load(),
+		InDoubt: p.coord.InDoubt(), CaughtUp: p.caughtUp.Load(), Gaps: p.coord.Gaps(),
 	}
 }
 

@@ -66,7 +66,10 @@ func TestFallbackTakesOverFromAFrozenOwner(t *testing.T) {
 	if role := v1.Plugin().Role(); role != handover.RoleOwner {
 		t.Errorf("the fallback is %v after the owner froze, want owner", role)
 	}
-	inDoubt := v1.Plugin().Stats().InDoubt
+	inDoubt, gaps := v1.Plugin().Stats().InDoubt, v1.Plugin().Stats().Gaps
+	if gaps != 0 {
+		t.Errorf("the fallback declared %d gaps; it took over at once", gaps)
+	}
 	v2.Thaw()
 	v2.Crash() // as the kubelet would after its liveness probe failed
 
@@ -83,5 +86,80 @@ func TestFallbackTakesOverFromAFrozenOwner(t *testing.T) {
 	}
 	if uint64(res.Events.Missed) > inDoubt {
 		t.Errorf("%d events missed, %d declared in doubt", res.Events.Missed, inDoubt)
+	}
+}
+
+// TestGapDeclared: the only instance is killed; events go to no instance
+// until the next one (the DaemonSet's replacement) takes over, which says
+// so: a gap, logged with its length and counted. A clean handover
+// declares none.
+func TestGapDeclared(t *testing.T) {
+	n, err := plugintest.NewNode(plugintest.Config{
+		Name: "audit",
+		Plugin: func(v string) (interface{}, []plugin.Option) {
+			return &audit.Plugin{Version: v, Recorder: nopAudit{}}, nil
+		},
+		Log: testLog(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	v1, err := n.Start("1.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Lifecycles(ctx, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := n.Upgrade(ctx, "2.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := v2.Plugin().Stats().Gaps; g != 0 {
+		t.Fatalf("a clean upgrade declared %d gaps", g)
+	}
+	if err := v1.Stop(); err != nil { // as the DaemonSet deletes the old pod
+		t.Fatal(err)
+	}
+	// Declared whether the next instance is first seen acting at an event
+	// or, on an idle node, promotes itself.
+	for i, load := range []bool{true, false} {
+		owner := n.Owner()
+		owner.Crash()
+		if err := n.Lifecycles(ctx, 2, 1); err != nil { // to no instance
+			t.Fatal(err)
+		}
+		next, err := n.Start("2.0.0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if load {
+			stop := n.Load(ctx, 1, 1)
+			err = next.WaitOwner(ctx)
+			if serr := stop(); serr != nil {
+				t.Fatal(serr)
+			}
+		} else {
+			err = next.WaitOwner(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := next.Plugin().Stats().Gaps; g != 1 {
+			t.Errorf("round %d (load %v): the instance after the crash declared %d gaps, want 1", i, load, g)
+		}
+	}
+	res, err := n.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events.Missed == 0 || res.Events.Duplicates != 0 {
+		t.Errorf("events: %v; want some missed (no instance ran), none twice", res.Events)
 	}
 }

@@ -20,7 +20,7 @@ func TestDemoRuntimeModes(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"in_doubt", "caught_up"} {
+		for _, k := range []string{"in_doubt", "caught_up", "gaps"} {
 			if v, ok := rep[k].(float64); !ok || v != 0 {
 				t.Fatalf("-runtime %s: %s = %v, want 0", mode, k, rep[k])
 			}

@@ -90,6 +90,7 @@ type demoReport struct {
 	Unstamped        int            `json:"unstamped"`
 	InDoubt          int            `json:"in_doubt"`
 	CaughtUp         int            `json:"caught_up"`
+	Gaps             int            `json:"gaps"`
 	Acted            map[string]int `json:"acted"`
 	Instances        int            `json:"instances"`
 	ElapsedMS        int64          `json:"elapsed_ms"`
@@ -153,7 +154,7 @@ func demo(args []string, out io.Writer) error {
 		Handovers: len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
 		MaxEventUS:    res.Stats.MaxEventLatency.Microseconds(),
 		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
-		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Runtime: string(res.Mode), Faults: res.Faults,
+		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Gaps: res.Gaps, Runtime: string(res.Mode), Faults: res.Faults,
 		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
 	}
 	for _, h := range res.Handovers {
@@ -209,6 +210,7 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 		fmt.Fprintf(tw, "faults (owner kills, freezes)\t%d\n", len(rep.Faults))
 		fmt.Fprintf(tw, "events in doubt\t%d\n", rep.InDoubt)
 		fmt.Fprintf(tw, "caught up after a gap\t%d\n", rep.CaughtUp)
+		fmt.Fprintf(tw, "gaps declared (no instance acted)\t%d\n", rep.Gaps)
 	}
 	fmt.Fprintf(tw, "handovers\t%d\n", rep.Handovers)
 	fmt.Fprintf(tw, "longest handover (start to owner)\t%v\n", time.Duration(rep.MaxHandoverUS)*time.Microsecond)

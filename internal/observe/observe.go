@@ -66,6 +66,8 @@ type Observer interface {
 	BadStamp()
 	// InDoubt counts an event a dead owner was inside of.
 	InDoubt()
+	// Gap counts a takeover that found no instance acting for gap.
+	Gap(gap time.Duration)
 	// Serve serves the observer's endpoint on addr until ctx ends or stop
 	// is called.
 	Serve(ctx context.Context, addr string) (stop func(), err error)
@@ -85,6 +87,9 @@ func (Nop) BadStamp() {}
 
 // InDoubt does nothing.
 func (Nop) InDoubt() {}
+
+// Gap does nothing.
+func (Nop) Gap(time.Duration) {}
 
 // Serve refuses: nothing to serve.
 func (Nop) Serve(context.Context, string) (func(), error) { return nil, ErrNoMetrics }

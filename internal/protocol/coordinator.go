@@ -65,6 +65,10 @@ type Config struct {
 	// owner that died inside a handler: that event is in doubt (see
 	// docs/design.md). Must not block.
 	OnInDoubt func()
+	// OnGap, if set, is called when this instance takes over and no
+	// instance has acted for gap (since the last event acted on): events
+	// in that window reached no instance. Must not block.
+	OnGap func(gap time.Duration)
 	// AtLeastOnce: an event in doubt is acted on again by the connection
 	// that took over (by default it is not: at most once).
 	AtLeastOnce bool
@@ -157,6 +161,9 @@ type Coordinator struct {
 	claimCut          cutWord             // the register before the claim in progress moved it
 	claimCutTag       uint16              // the connection it moved it for (0: not moved)
 	heirOfNobody      uint16              // an heir that claimed with no live owner
+	gapHeir           uint16              // an heir that claimed when the register's owner did not act
+	gapSince          time.Time           // and since when no connection acted then
+	dropped           map[uint16]bool     // this instance's connections that closed (the last few)
 	heirFrom          string              // the instance an heir's claim was granted by ("": none, or this one)
 	successorLeaving  bool                // the instance this one yielded to is stopping
 	claimHeirEvents   uint64              // the heir mask the claim in progress replaced
@@ -164,6 +171,7 @@ type Coordinator struct {
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
+	gaps       atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last
@@ -210,6 +218,7 @@ func New(cfg Config) (*Coordinator, error) {
 		changed:   make(chan struct{}),
 		conns:     map[uint16]uint64{},
 		sightings: map[uint16]sighting{},
+		dropped:   map[uint16]bool{},
 	}
 	c.log = cfg.Log.WithFields(logrus.Fields{
 		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,

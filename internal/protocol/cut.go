@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"sync/atomic"
+	"time"
 )
 
 // The per-event cut.
@@ -36,6 +37,7 @@ const (
 	connTagOffset = 32 // the last connection tag handed out
 	heirMaskCut   = 40 // the events the heir connection subscribes to
 	ownerMaskCut  = 48 // the owner connection's tag (bits 48-63) and the events it subscribes to
+	lastActCut    = 56 // when a connection last acted on an event (unix nanoseconds)
 )
 
 // cutWord is the decoded register.
@@ -276,6 +278,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			case dec.HandedOver:
 				d.storeOwnerEvents(w.owner, atomic.LoadUint64(d.word(heirMaskCut)))
 			}
+			if dec.Act {
+				atomic.StoreUint64(d.word(lastActCut), uint64(time.Now().UnixNano()))
+			}
 			dec.saw = sighting{}
 			return dec
 		}
@@ -347,6 +352,20 @@ func (d *Dir) newConnTag() uint16 {
 			return t
 		}
 	}
+}
+
+// lastActed returns when a connection of the plugin last acted on an
+// event (zero: never, since the directory was created).
+func (d *Dir) lastActed() time.Time {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil {
+		return time.Time{}
+	}
+	if n := atomic.LoadUint64(d.word(lastActCut)); n != 0 {
+		return time.Unix(0, int64(n))
+	}
+	return time.Time{}
 }
 
 // setOwnerEvents records the events the owner connection tag subscribes

@@ -41,6 +41,12 @@ func (c *Coordinator) DropConn(tag uint16) {
 		return
 	}
 	c.mu.Lock()
+	if _, ok := c.conns[tag]; ok {
+		if len(c.dropped) >= 16 {
+			clear(c.dropped) // only the last few can still be in the register
+		}
+		c.dropped[tag] = true
+	}
 	delete(c.conns, tag)
 	delete(c.sightings, tag)
 	c.mu.Unlock()
@@ -75,11 +81,17 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		events: c.conns[tag], prev: c.sightings[tag]}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
+	var gap cutTaken
 	c.mu.Lock()
 	if _, ok := c.conns[tag]; ok {
 		c.sightings[tag] = d.saw
 	}
+	if d.Promoted && tag == c.gapHeir {
+		// An heir that claimed when no connection acted acts now.
+		gap.gapSince, c.gapHeir = c.gapSince, 0
+	}
 	c.mu.Unlock()
+	c.reportInDoubt(gap)
 	if d.Overrun {
 		c.tookOverFromOverrun(tag, d)
 	}
@@ -187,6 +199,10 @@ type cutTaken struct {
 	prev    cutWord
 	tag     uint16
 	inDoubt bool
+	// gapSince: the register was taken from a connection of another
+	// instance with no live owner granting it: no instance has acted since
+	// then (zero: not such a takeover).
+	gapSince time.Time
 }
 
 // takeCutLocked moves the register for this instance, which has just
@@ -205,13 +221,23 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 	if inSync {
 		c.claimHeirEvents = c.cfg.Dir.heirEvents()
 		c.cfg.Dir.setHeirEvents(events)
-		c.heirOfNobody = 0
+		c.heirOfNobody, c.gapHeir = 0, 0
 		if !heir {
 			c.heirOfNobody = tag // nobody else acts: no need to wait long
 		}
+		// A gap if the register names a connection that does not act: one
+		// of ours that closed (a reconnection), or, with no live owner,
+		// another instance's (one that left in order gives it up:
+		// releaseCut).
+		if w, _, _ := c.cfg.Dir.readCut(); w.owner != 0 && w.owner != tag {
+			if _, live := c.conns[w.owner]; c.dropped[w.owner] || !heir && !live {
+				c.gapHeir, c.gapSince = tag, c.cfg.Dir.lastActed()
+			}
+		}
 	}
+	outright := false
 	_, _ = c.cfg.Dir.updateCut(func(w *cutWord) bool {
-		t.prev, t.inDoubt = *w, false
+		t.prev, t.inDoubt, outright = *w, false, false
 		switch {
 		case w.owner == tag:
 			return false
@@ -223,18 +249,33 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
 			w.inDoubt = w.inDoubt || t.inDoubt
 			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, false, false
+			outright = true
 		}
 		return true
 	})
 	if w, _, _ := c.cfg.Dir.readCut(); w.owner == tag {
 		c.cfg.Dir.setOwnerEvents(tag, events)
 	}
+	if _, live := c.conns[t.prev.owner]; outright && !heir && t.prev.owner != 0 && !live {
+		t.gapSince = c.cfg.Dir.lastActed()
+		c.gapHeir = 0 // declared here, not again when it acts
+	}
 	return t
 }
 
 // reportInDoubt logs, counts and passes on an event a takeover found in
-// doubt: the previous owner died inside its handler. Call without mu.
+// doubt (the previous owner died inside its handler) and the window in
+// which no instance acted. Call without mu.
 func (c *Coordinator) reportInDoubt(t cutTaken) {
+	if !t.gapSince.IsZero() {
+		gap := time.Since(t.gapSince)
+		c.log.WithFields(logrus.Fields{"since": t.gapSince.UTC().Format(time.RFC3339Nano), "gap_ms": gap.Milliseconds()}).
+			Warn("gap: no instance acted since the last event acted on; events in that window reached no instance of the plugin")
+		c.gaps.Add(1)
+		if c.cfg.OnGap != nil {
+			c.cfg.OnGap(gap)
+		}
+	}
 	if !t.inDoubt {
 		return
 	}
@@ -452,6 +493,10 @@ func (c *Coordinator) OwnsCut(tag uint16) bool {
 // InDoubt is the number of events a dead owner was inside of when this
 // instance took over (each is logged).
 func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
+
+// Gaps is the number of takeovers this instance made that found no
+// instance acting since the last event acted on (see reportInDoubt).
+func (c *Coordinator) Gaps() uint64 { return c.gaps.Load() }
 
 // ActedBefore reports whether any instance of the plugin has been called
 // for an event on this node since the handover directory was created (it

@@ -120,8 +120,10 @@ type Result struct {
 	// InDoubt counts the events the harness declared in doubt (an owner
 	// died inside its handler), CaughtUp the containers and lifecycle
 	// changes it handed to a catch-up after a gap: both as the instances
-	// report them (see harnessCounts).
-	InDoubt, CaughtUp int
+	// report them (see harnessCounts). Gaps counts the takeovers that
+	// found no instance acting since the last event acted on (declared
+	// windows in which events reached no instance).
+	InDoubt, CaughtUp, Gaps int
 }
 
 // InstanceResult is one instance's view of the run.
@@ -383,6 +385,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		inDoubt, caughtUp := harnessCounts(st)
 		res.InDoubt += inDoubt
 		res.CaughtUp += caughtUp
+		res.Gaps += int(st.Gaps)
 	}
 	check, err := r.node.Check()
 	if err != nil {

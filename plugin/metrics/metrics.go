@@ -49,6 +49,7 @@ type metrics struct {
 	switches  prometheus.Histogram
 	badStamps prometheus.Counter
 	inDoubt   prometheus.Counter
+	gaps      prometheus.Counter
 	// events[event][result], resolved once so the hot path does no label lookup.
 	events [observe.NumEvents][observe.NumResults]prometheus.Counter
 	plugin *plugin.Plugin // whose Handler Serve serves
@@ -74,6 +75,10 @@ func newMetrics(info observe.Info) *metrics {
 		inDoubt: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nri_handover_in_doubt_total", ConstLabels: constLabels,
 			Help: "Events a dead owner was inside of when this instance took over: acted on at most once (or at least once with WithAtLeastOnce).",
+		}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nri_handover_gaps_total", ConstLabels: constLabels,
+			Help: "Takeovers by this instance that found no instance acting since the last event acted on: events in that window reached no instance of the plugin.",
 		}),
 	}
 	m.plugin, _ = info.Plugin.(*plugin.Plugin)
@@ -110,7 +115,7 @@ func newMetrics(info observe.Info) *metrics {
 			Name: "nri_handover_epoch", ConstLabels: constLabels,
 			Help: "Ownership epoch this instance last took part in.",
 		}, func() float64 { return float64(info.Epoch()) }),
-		infoGauge, m.handovers, m.switches, m.badStamps, m.inDoubt, events,
+		infoGauge, m.handovers, m.switches, m.badStamps, m.inDoubt, m.gaps, events,
 	)
 	return m
 }
@@ -133,6 +138,9 @@ func (m *metrics) BadStamp() { m.badStamps.Inc() }
 
 // InDoubt counts an event in doubt.
 func (m *metrics) InDoubt() { m.inDoubt.Inc() }
+
+// Gap counts a takeover after a window in which no instance acted.
+func (m *metrics) Gap(time.Duration) { m.gaps.Inc() }
 
 // Handler serves p's /metrics (Prometheus text format), /healthz (200
 // while the instance runs) and /readyz (200 only while p owns the plugin
