@@ -45,6 +45,7 @@ type suite struct {
 	windows   [][2]time.Time  // the rollouts' time spans
 	criBase   criWindow       // the kubelet's CRI calls with no rollout going on
 	criDuring criWindow       // ... while a rollout under the workload went on
+	loadSum   *loadSummary    // what the workload achieved, once it stopped
 }
 
 // TestKubernetesNode runs the shipped DaemonSet and chart on a real node:
@@ -291,6 +292,7 @@ type rolloutResult struct {
 	newReady, oldDel, oldGone time.Duration // from the image change
 	keptAfterReady            time.Duration // old pod's deletion after the new pod turned Ready
 	noOwner                   time.Duration // longest time the node had no owner
+	loadRate                  float64       // workload pods created per second meanwhile (0: no workload)
 }
 
 // rollout changes the DaemonSet's image and waits for the controller to
@@ -323,14 +325,16 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if err != nil {
 		t.Fatal(err)
 	}
+	var loadRate float64
 	if s.load != nil {
 		s.criDuring.add(cri0, cri1)
+		loadRate = rate(s.load.snapshot(), t0, end)
 	}
 	oldRec := s.w.byName(pluginNS, old[0].name)
 	res := rolloutResult{
 		name: name, from: old[0].image, to: image, oldPod: old[0].name, newPod: newPod.name,
 		newReady: newPod.readyAt.Sub(t0), oldDel: oldRec.deletingAt.Sub(t0), oldGone: oldRec.goneAt.Sub(t0),
-		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince),
+		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince), loadRate: loadRate,
 	}
 	if s.mon != nil && s.mon.plugin == pluginOf(ds) {
 		res.noOwner = s.mon.longestGap(t0, end)
@@ -358,9 +362,9 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Errorf("%s: old pod %s deleted %s after the new pod turned Ready, want >= minReadySeconds (%v)", name,
 			oldRec.name, ms(res.keptAfterReady), s.minReady)
 	}
-	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s",
+	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s; workload %.2f pods/s",
 		name, res.from, res.to, res.newPod, ms(res.newReady), res.oldPod, ms(res.oldDel), ms(res.keptAfterReady),
-		ms(res.oldGone), ms(res.noOwner))
+		ms(res.oldGone), ms(res.noOwner), res.loadRate)
 	s.rollouts = append(s.rollouts, res)
 	return res
 }
@@ -669,11 +673,9 @@ func (s *suite) everyEventOnce(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	load.mu.Lock()
-	skipped := load.skipped
-	load.mu.Unlock()
-	t.Logf("workload: %d pods at %.1f pods/s (%d ticks skipped with %d pods in flight), %d failed; containers stamped by version %v; ledger: %s",
-		len(pods), rate(pods, pods[0].createdAt, pods[len(pods)-1].createdAt), skipped, maxInFlight, failed, byVersion, rep)
+	sum := load.summary()
+	s.loadSum = &sum
+	t.Logf("workload: %s; %d failed; containers stamped by version %v; ledger: %s", sum, failed, byVersion, rep)
 	if len(rep.missing) > 0 || len(rep.duplicates) > 0 {
 		t.Errorf("ledger: missing %v\nduplicated %v", first(rep.missing, 10), first(rep.duplicates, 10))
 	}
@@ -711,13 +713,16 @@ func (s *suite) checkProbeEvents(t *testing.T) {
 // report prints the figures docs/benchmarks.md and deploy/README.md quote.
 func (s *suite) report(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner | workload pods/s |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range s.rollouts {
-		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s |\n", r.name, shortImage(r.from), shortImage(r.to),
-			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner))
+		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s | %.2f |\n", r.name, shortImage(r.from), shortImage(r.to),
+			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner), r.loadRate)
 	}
 	fmt.Fprintf(&b, "\nworkload pod start (API create -> container running, seen by watch): no rollout %s; during rollouts %s\n",
 		latencySummary(s.baseline), latencySummary(s.during))
+	if s.loadSum != nil {
+		fmt.Fprintf(&b, "workload: %s\n", s.loadSum)
+	}
 	b.WriteString(criTable(s.criBase, s.criDuring))
 	t.Log(b.String())
 	if p := os.Getenv("NRI_HANDOVER_K8S_REPORT"); p != "" {
