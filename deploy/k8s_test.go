@@ -329,6 +329,9 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if s.load != nil {
 		s.criDuring.add(cri0, cri1)
 		loadRate = rate(s.load.snapshot(), t0, end)
+		if loadRate == 0 {
+			t.Errorf("%s: no workload pod created during the rollout", name)
+		}
 	}
 	oldRec := s.w.byName(pluginNS, old[0].name)
 	res := rolloutResult{
