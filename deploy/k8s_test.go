@@ -315,6 +315,7 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Fatal(err)
 	}
 	t0 := time.Now()
+	s.c.progress("%s: %s -> %s", name, shortImage(old[0].image), shortImage(image))
 	change()
 	newPod := s.waitDaemonSet(t, ds, image, rolloutMax)
 	if !s.w.waitUntil(rolloutMax, func() bool { r := s.w.pods[old[0].uid]; return r != nil && !r.goneAt.IsZero() }) {
@@ -560,6 +561,7 @@ func (s *suite) seed002(t *testing.T) {
 		victim := s.livePods(c.deleted)[0]
 		t0 := time.Now()
 		before := handoverFiles("audit")
+		s.c.progress("seed 002: deleting DaemonSet %s (pod %s; owner %s)", c.deleted, victim.name, s.mon.current())
 		if err := dss.Delete(ctx, c.deleted, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -681,6 +683,7 @@ func (s *suite) everyEventOnce(t *testing.T) {
 	t.Logf("workload: %s; %d failed; containers stamped by version %v; ledger: %s", sum, failed, byVersion, rep)
 	if len(rep.missing) > 0 || len(rep.duplicates) > 0 {
 		t.Errorf("ledger: missing %v\nduplicated %v", first(rep.missing, 10), first(rep.duplicates, 10))
+		s.explainMissing(t, pods, rep.missing)
 	}
 	for _, w := range s.windows {
 		s.during = append(s.during, startLatencies(pods, w[0], w[1])...)
@@ -746,4 +749,45 @@ func shortImage(img string) string {
 		return img[i+1:]
 	}
 	return img
+}
+
+// explainMissing logs, for the events no instance acted on, the workload
+// pod each belongs to and its times, and the times the node had no owner,
+// all as times since the suite started (the "k8s [mm:ss]" of the progress
+// lines): which window lost them.
+func (s *suite) explainMissing(t *testing.T, pods []loadPod, missing []string) {
+	t.Helper()
+	at := func(tm time.Time) string {
+		if tm.IsZero() {
+			return "-"
+		}
+		d := tm.Sub(s.c.start)
+		return fmt.Sprintf("%02d:%06.3f", int(d.Minutes()), d.Seconds()-60*float64(int(d.Minutes())))
+	}
+	byID := map[string]*loadPod{}
+	for i := range pods {
+		byID[pods[i].ctrID] = &pods[i]
+		if pods[i].sandboxID != "" {
+			byID[pods[i].sandboxID] = &pods[i]
+		}
+	}
+	for _, m := range first(missing, 30) {
+		ev, id, _ := strings.Cut(m, " ")
+		if p := byID[id]; p != nil {
+			t.Logf("missing %s of pod %s: created %s, running %s, deleted %s, gone %s", ev, p.name, at(p.createdAt),
+				at(p.runningAt), at(p.deleteAt), at(p.goneAt))
+		} else {
+			t.Logf("missing %s", m)
+		}
+	}
+	if s.mon != nil {
+		s.mon.mu.Lock()
+		gaps := append([]ownerGap(nil), s.mon.gaps...)
+		s.mon.mu.Unlock()
+		for _, g := range gaps {
+			if g.dur >= 50*time.Millisecond {
+				t.Logf("no owner from %s for %s", at(g.start), ms(g.dur))
+			}
+		}
+	}
 }
