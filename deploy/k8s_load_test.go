@@ -18,8 +18,17 @@ import (
 
 const (
 	loadNamespace = "nri-load"
-	// maxInFlight bounds the workload's pods that exist at once.
-	maxInFlight = 40
+	// maxInFlight bounds the workload's pods that exist at once (created
+	// and not yet gone from the API). By Little's law the rate it allows is
+	// maxInFlight over a pod's time from create to gone (start, loadLife,
+	// stop), but the node's CPU sets the rate first: on 2 cores the node
+	// completes about 0.4 to 0.6 pods/s whatever the bound (each pod costs
+	// two runc runs, a shim, cgroups in every v1 hierarchy and their
+	// removal; 44 % of the CPU went to the kernel). More pods in flight only
+	// make each one slower: at 100 in flight the load average reached 45,
+	// a pod took minutes from create to gone, and a rollout's old pod more
+	// than 4 minutes to stop. 16 keeps the node busy and responsive.
+	maxInFlight = 16
 	// startMax bounds a workload pod's time from create to running.
 	startMax = 4 * time.Minute
 )
@@ -35,6 +44,8 @@ type loadPod struct {
 	sandboxID string
 	spec      *ctrSpec
 	specErr   error
+	deleteAt  time.Time // the API delete call
+	goneAt    time.Time // gone from the API, seen by watch
 	deleted   bool
 }
 
@@ -52,7 +63,10 @@ type loadGen struct {
 	mu       sync.Mutex
 	pods     []*loadPod
 	inFlight int // pods created and not yet gone
+	peak     int // the most pods in flight at once
 	skipped  int // ticks skipped because maxInFlight pods were in flight
+	started  time.Time
+	stopped  time.Time
 	seq      atomic.Int64
 	stopC    chan struct{}
 	wg       sync.WaitGroup
@@ -77,7 +91,8 @@ func (c *cluster) startLoad(w *watcher, perSecond float64, life time.Duration) (
 	if err := c.ensureNamespace(loadNamespace); err != nil {
 		return nil, err
 	}
-	l := &loadGen{c: c, w: w, interval: time.Duration(float64(time.Second) / perSecond), life: life, stopC: make(chan struct{})}
+	l := &loadGen{c: c, w: w, interval: time.Duration(float64(time.Second) / perSecond), life: life,
+		stopC: make(chan struct{}), started: time.Now()}
 	l.wg.Add(1)
 	go l.run()
 	return l, nil
@@ -87,10 +102,21 @@ func (l *loadGen) run() {
 	defer l.wg.Done()
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
+	report := time.NewTicker(30 * time.Second)
+	defer report.Stop()
+	var lastN, lastSkipped int
 	for {
 		select {
 		case <-l.stopC:
 			return
+		case <-report.C:
+			l.mu.Lock()
+			n, skipped, inFlight := len(l.pods), l.skipped, l.inFlight
+			l.mu.Unlock()
+			l.c.progress("workload: %d pods created (%.2f pods/s in the last 30 s), %d in flight, %d ticks skipped", n,
+				float64(n-lastN)/30, inFlight, skipped-lastSkipped)
+			lastN, lastSkipped = n, skipped
+			continue
 		case <-t.C:
 		}
 		l.mu.Lock()
@@ -102,6 +128,7 @@ func (l *loadGen) run() {
 			continue
 		}
 		l.inFlight++
+		l.peak = max(l.peak, l.inFlight)
 		n := l.seq.Add(1)
 		p := &loadPod{name: fmt.Sprintf("load-%05d", n)}
 		l.pods = append(l.pods, p)
@@ -191,16 +218,23 @@ func (l *loadGen) lifecycle(p *loadPod) {
 		case <-l.stopC:
 		}
 	}
+	l.mu.Lock()
+	p.deleteAt = time.Now()
+	l.mu.Unlock()
 	if err := cs.Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		l.fail(p, "delete: "+err.Error())
 		return
 	}
+	var gone time.Time
 	l.w.waitUntil(2*time.Minute, func() bool {
 		r := l.w.pods[p.uid]
+		if r != nil && !r.goneAt.IsZero() {
+			gone = r.goneAt
+		}
 		return r == nil || !r.goneAt.IsZero()
 	})
 	l.mu.Lock()
-	p.deleted = true
+	p.deleted, p.goneAt = true, gone
 	l.mu.Unlock()
 }
 
@@ -215,8 +249,50 @@ func (l *loadGen) fail(p *loadPod, why string) {
 // stop ends the workload: no more pods, the running ones deleted, and
 // waits until the API has none left.
 func (l *loadGen) stop() {
+	l.mu.Lock()
+	l.stopped = time.Now()
+	l.mu.Unlock()
 	close(l.stopC)
 	l.wg.Wait()
+}
+
+// loadSummary is what the workload achieved and where its pods' time went.
+type loadSummary struct {
+	pods, skipped, peak     int
+	rate                    float64 // pods created per second, first create to stop
+	start, life, stop, full []time.Duration
+}
+
+func (l *loadGen) summary() loadSummary {
+	pods := l.snapshot()
+	l.mu.Lock()
+	s := loadSummary{pods: len(pods), skipped: l.skipped, peak: l.peak}
+	end := l.stopped
+	l.mu.Unlock()
+	if end.IsZero() {
+		end = time.Now()
+	}
+	if len(pods) > 0 {
+		s.rate = rate(pods, pods[0].createdAt, end)
+	}
+	for _, p := range pods {
+		if p.runningAt.IsZero() || p.goneAt.IsZero() {
+			continue
+		}
+		s.start = append(s.start, p.runningAt.Sub(p.createdAt))
+		s.life = append(s.life, p.deleteAt.Sub(p.runningAt))
+		s.stop = append(s.stop, p.goneAt.Sub(p.deleteAt))
+		s.full = append(s.full, p.goneAt.Sub(p.createdAt))
+	}
+	return s
+}
+
+func (s loadSummary) String() string {
+	p50 := func(ds []time.Duration) string { return ms(percentile(ds, 50)) }
+	p90 := func(ds []time.Duration) string { return ms(percentile(ds, 90)) }
+	return fmt.Sprintf("%d pods at %.2f pods/s (%d ticks skipped, at most %d of %d in flight); per pod p50/p90: create -> running %s/%s, running -> delete %s/%s, delete -> gone %s/%s, create -> gone %s/%s",
+		s.pods, s.rate, s.skipped, s.peak, maxInFlight, p50(s.start), p90(s.start), p50(s.life), p90(s.life),
+		p50(s.stop), p90(s.stop), p50(s.full), p90(s.full))
 }
 
 // snapshot returns copies of the pods so far.

@@ -45,6 +45,7 @@ type suite struct {
 	windows   [][2]time.Time  // the rollouts' time spans
 	criBase   criWindow       // the kubelet's CRI calls with no rollout going on
 	criDuring criWindow       // ... while a rollout under the workload went on
+	loadSum   *loadSummary    // what the workload achieved, once it stopped
 }
 
 // TestKubernetesNode runs the shipped DaemonSet and chart on a real node:
@@ -291,6 +292,7 @@ type rolloutResult struct {
 	newReady, oldDel, oldGone time.Duration // from the image change
 	keptAfterReady            time.Duration // old pod's deletion after the new pod turned Ready
 	noOwner                   time.Duration // longest time the node had no owner
+	loadRate                  float64       // workload pods created per second meanwhile (0: no workload)
 }
 
 // rollout changes the DaemonSet's image and waits for the controller to
@@ -313,6 +315,7 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Fatal(err)
 	}
 	t0 := time.Now()
+	s.c.progress("%s: %s -> %s", name, shortImage(old[0].image), shortImage(image))
 	change()
 	newPod := s.waitDaemonSet(t, ds, image, rolloutMax)
 	if !s.w.waitUntil(rolloutMax, func() bool { r := s.w.pods[old[0].uid]; return r != nil && !r.goneAt.IsZero() }) {
@@ -323,14 +326,19 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if err != nil {
 		t.Fatal(err)
 	}
+	var loadRate float64
 	if s.load != nil {
 		s.criDuring.add(cri0, cri1)
+		loadRate = rate(s.load.snapshot(), t0, end)
+		if loadRate == 0 {
+			t.Errorf("%s: no workload pod created during the rollout", name)
+		}
 	}
 	oldRec := s.w.byName(pluginNS, old[0].name)
 	res := rolloutResult{
 		name: name, from: old[0].image, to: image, oldPod: old[0].name, newPod: newPod.name,
 		newReady: newPod.readyAt.Sub(t0), oldDel: oldRec.deletingAt.Sub(t0), oldGone: oldRec.goneAt.Sub(t0),
-		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince),
+		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince), loadRate: loadRate,
 	}
 	if s.mon != nil && s.mon.plugin == pluginOf(ds) {
 		res.noOwner = s.mon.longestGap(t0, end)
@@ -358,9 +366,9 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Errorf("%s: old pod %s deleted %s after the new pod turned Ready, want >= minReadySeconds (%v)", name,
 			oldRec.name, ms(res.keptAfterReady), s.minReady)
 	}
-	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s",
+	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s; workload %.2f pods/s",
 		name, res.from, res.to, res.newPod, ms(res.newReady), res.oldPod, ms(res.oldDel), ms(res.keptAfterReady),
-		ms(res.oldGone), ms(res.noOwner))
+		ms(res.oldGone), ms(res.noOwner), res.loadRate)
 	s.rollouts = append(s.rollouts, res)
 	return res
 }
@@ -553,6 +561,7 @@ func (s *suite) seed002(t *testing.T) {
 		victim := s.livePods(c.deleted)[0]
 		t0 := time.Now()
 		before := handoverFiles("audit")
+		s.c.progress("seed 002: deleting DaemonSet %s (pod %s; owner %s)", c.deleted, victim.name, s.mon.current())
 		if err := dss.Delete(ctx, c.deleted, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -669,13 +678,12 @@ func (s *suite) everyEventOnce(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	load.mu.Lock()
-	skipped := load.skipped
-	load.mu.Unlock()
-	t.Logf("workload: %d pods at %.1f pods/s (%d ticks skipped with %d pods in flight), %d failed; containers stamped by version %v; ledger: %s",
-		len(pods), rate(pods, pods[0].createdAt, pods[len(pods)-1].createdAt), skipped, maxInFlight, failed, byVersion, rep)
+	sum := load.summary()
+	s.loadSum = &sum
+	t.Logf("workload: %s; %d failed; containers stamped by version %v; ledger: %s", sum, failed, byVersion, rep)
 	if len(rep.missing) > 0 || len(rep.duplicates) > 0 {
 		t.Errorf("ledger: missing %v\nduplicated %v", first(rep.missing, 10), first(rep.duplicates, 10))
+		s.explainMissing(t, pods, rep.missing)
 	}
 	for _, w := range s.windows {
 		s.during = append(s.during, startLatencies(pods, w[0], w[1])...)
@@ -711,13 +719,16 @@ func (s *suite) checkProbeEvents(t *testing.T) {
 // report prints the figures docs/benchmarks.md and deploy/README.md quote.
 func (s *suite) report(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner | workload pods/s |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range s.rollouts {
-		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s |\n", r.name, shortImage(r.from), shortImage(r.to),
-			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner))
+		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s | %.2f |\n", r.name, shortImage(r.from), shortImage(r.to),
+			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner), r.loadRate)
 	}
 	fmt.Fprintf(&b, "\nworkload pod start (API create -> container running, seen by watch): no rollout %s; during rollouts %s\n",
 		latencySummary(s.baseline), latencySummary(s.during))
+	if s.loadSum != nil {
+		fmt.Fprintf(&b, "workload: %s\n", s.loadSum)
+	}
 	b.WriteString(criTable(s.criBase, s.criDuring))
 	t.Log(b.String())
 	if p := os.Getenv("NRI_HANDOVER_K8S_REPORT"); p != "" {
@@ -738,4 +749,45 @@ func shortImage(img string) string {
 		return img[i+1:]
 	}
 	return img
+}
+
+// explainMissing logs, for the events no instance acted on, the workload
+// pod each belongs to and its times, and the times the node had no owner,
+// all as times since the suite started (the "k8s [mm:ss]" of the progress
+// lines): which window lost them.
+func (s *suite) explainMissing(t *testing.T, pods []loadPod, missing []string) {
+	t.Helper()
+	at := func(tm time.Time) string {
+		if tm.IsZero() {
+			return "-"
+		}
+		d := tm.Sub(s.c.start)
+		return fmt.Sprintf("%02d:%06.3f", int(d.Minutes()), d.Seconds()-60*float64(int(d.Minutes())))
+	}
+	byID := map[string]*loadPod{}
+	for i := range pods {
+		byID[pods[i].ctrID] = &pods[i]
+		if pods[i].sandboxID != "" {
+			byID[pods[i].sandboxID] = &pods[i]
+		}
+	}
+	for _, m := range first(missing, 30) {
+		ev, id, _ := strings.Cut(m, " ")
+		if p := byID[id]; p != nil {
+			t.Logf("missing %s of pod %s: created %s, running %s, deleted %s, gone %s", ev, p.name, at(p.createdAt),
+				at(p.runningAt), at(p.deleteAt), at(p.goneAt))
+		} else {
+			t.Logf("missing %s", m)
+		}
+	}
+	if s.mon != nil {
+		s.mon.mu.Lock()
+		gaps := append([]ownerGap(nil), s.mon.gaps...)
+		s.mon.mu.Unlock()
+		for _, g := range gaps {
+			if g.dur >= 50*time.Millisecond {
+				t.Logf("no owner from %s for %s", at(g.start), ms(g.dur))
+			}
+		}
+	}
 }
