@@ -115,7 +115,8 @@ type Decision struct {
 	// is in doubt (it is this event if InDoubt is set).
 	Overrun bool
 
-	saw sighting // for the caller's next call
+	saw  sighting // for the caller's next call
+	took bool     // a connection that was neither owner nor heir took the register (rules 3-5)
 }
 
 // caller is what a connection knows of itself for decide.
@@ -188,6 +189,9 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //  4. Any other connection that may take over finds that the owner was
 //     not called at all for the event it was last called for (see
 //     skipped): it becomes owner and acts; that event is in doubt.
+//  5. Nobody owns the register and nobody is heir (a leaving owner gave
+//     it up with no successor seen, or the heir closed): any connection
+//     that may take over becomes owner and acts.
 func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
@@ -205,9 +209,25 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			events := atomic.LoadUint64(d.word(eventsOffset))
 			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
+			released := me.mayTakeOver && w.owner == 0 && w.heir == 0
+			if released {
+				// 5: nobody owns the register and nobody claims it (an
+				// owner that left gave it up with no successor seen).
+				dec.Promoted, dec.Act, dec.took = true, true, true
+				w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
+				atomic.AddUint64(d.word(eventsOffset), 1)
+				if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+					d.storeOwnerEvents(tag, me.events)
+					atomic.StoreUint64(d.word(lastActCut), uint64(time.Now().UnixNano()))
+					dec.saw = sighting{}
+					return dec
+				}
+				continue
+			}
 			if !skipped && !(me.mayTakeOver && w.overran()) {
 				return dec
 			}
+			dec.took = true
 		}
 		newEvent := false
 		seen := (isOwner && w.ownerSeen) || (isHeir && w.heirSeen)
@@ -242,7 +262,15 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				w.heirSeen = true
 			}
 			dec.InDoubt = w.inDoubt && isOwner
-			if !w.acted {
+			if isHeir && w.acted && w.owner == 0 {
+				// The owner left (released the register) after acting on
+				// the recorded event: this call is for it, or for a new
+				// event with its key that nobody else will be called for.
+				// The heir owns now; the event is in doubt.
+				w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
+				dec.Promoted, dec.InDoubt, dec.Act = true, true, me.atLeastOnce
+				w.inDoubt, w.done = true, !dec.Act
+			} else if !w.acted {
 				if isHeir {
 					w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
 					dec.Promoted = true

@@ -1,8 +1,10 @@
 package protocol
 
 import (
+	"fmt"
 	"math/rand"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -130,7 +132,8 @@ func TestSyncedUnstampedList(t *testing.T) {
 // TestCutTakesOverFromAnOverrun: the acting connection's handler does not
 // return in time (it hangs or dies inside it), or the owner is dropped by
 // the runtime before it is called for an event (frozen or killed between
-// events); the runtime goes on without it. A standby connection in the
+// events), or it leaves and gives the register up with no successor seen;
+// the runtime goes on without it. A standby connection in the
 // chain, or the heir, takes over: an event the owner was inside of is
 // acted on once (by it) and declared in doubt; events the owner was not
 // called for are acted on by nobody until the standby can tell (the next
@@ -155,6 +158,9 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 		events := 4 + rng.Intn(12)
 		keys := 1 + rng.Intn(3)
 		faultAt, inHandler := rng.Intn(events), rng.Intn(2) == 0
+		released := !inHandler && rng.Intn(3) == 0
+		heirAwaited, releaseDeclared := false, false
+		var trace []string
 		var pendingHeir uint16
 		appendAt := -1
 		declared, dropped, tookOver := 0, false, false
@@ -168,16 +174,25 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 			}
 			if pendingHeir != 0 && i >= appendAt {
 				chain = append(chain, pendingHeir)
-				pendingHeir = 0
+				pendingHeir, heirAwaited = 0, false
 			}
 			key := uint32(1 + rng.Intn(keys))
 			if i == faultAt && !inHandler {
 				// Frozen or killed between events: dropped before its call.
+				// Or (released) it left in order, with no successor seen:
+				// it gave the register up (releaseCut) and disconnected.
 				w, _, _ := d.readCut()
 				if w.owner != standby && slices.Contains(chain, w.owner) {
 					recorded = w.key
 					chain = slices.DeleteFunc(chain, func(c uint16) bool { return c == w.owner })
-					dropped = true
+					if released {
+						d.updateCut(func(w *cutWord) bool { w.owner, w.ownerSeen = 0, false; return true })
+						// An heir not yet in the chain takes over once it
+						// is; until then nobody acts (docs/model.md C4).
+						heirAwaited = pendingHeir != 0
+					} else {
+						dropped = true
+					}
 				}
 			}
 			acts, doubted := 0, false
@@ -187,8 +202,12 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 				tags[k] = chain[j]
 			}
 			for _, tag := range tags {
+				before, _, _ := d.readCut()
 				dec := d.decide(tag, key, kind, caller{mayTakeOver: tag == standby, events: kind, prev: saw[tag]})
 				saw[tag] = dec.saw
+				after, _, _ := d.readCut()
+				trace = append(trace, fmt.Sprintf("event %d key %d conn %d: %+v -> act %v promoted %v doubt %v overrun %v -> %+v",
+					i, key, tag, before, dec.Act, dec.Promoted, dec.InDoubt, dec.Overrun, after))
 				if dec.Overrun {
 					declared++
 					tookOver = true
@@ -214,14 +233,21 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 				// The event right after may be declared in doubt instead
 				// (it has the key of the one that overran).
 				ok = ok || acts == 0 && doubted && i == faultAt+1
+			case heirAwaited:
+				ok = ok || acts == 0
+			case released && i >= faultAt && doubted && !releaseDeclared:
+				// The heir called first after the release with the key
+				// the leaver recorded last cannot tell that event from a
+				// new one: it declares it (once).
+				ok, releaseDeclared = ok || acts == 0, true
 			case dropped && !tookOver:
 				// Not called: nobody can act until the standby can tell.
 				ok = ok || acts == 0 && (i == faultAt || prevKey == recorded)
 			}
 			if !ok {
 				w, _, _ := d.readCut()
-				t.Fatalf("run %d, event %d (key %d, order %v, fault at %d, in handler %v): acted on %d times; register %+v",
-					run, i, key, tags, faultAt, inHandler, acts, w)
+				t.Fatalf("run %d, event %d (key %d, order %v, fault at %d, in handler %v, released %v; owner %d, standby %d): acted on %d times; register %+v\n%s",
+					run, i, key, tags, faultAt, inHandler, released, owner, standby, acts, w, strings.Join(trace, "\n"))
 			}
 			prevKey = key
 		}

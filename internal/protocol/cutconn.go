@@ -92,8 +92,12 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	}
 	c.mu.Unlock()
 	c.reportInDoubt(gap)
-	if d.Overrun {
+	switch {
+	case d.Overrun:
 		c.tookOverFromOverrun(tag, d)
+	case d.took:
+		c.log.WithField("conn", tag).Warn("nobody owned the plugin's events (the owner left without a successor seen); taking over")
+		c.followTakeover()
 	}
 	// The first act of a connection: it was promoted now, or its
 	// predecessor handed over to it at this event.
@@ -119,8 +123,15 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
 	if c.cfg.OnInDoubt != nil {
 		c.cfg.OnInDoubt()
 	}
+	c.followTakeover()
+}
+
+// followTakeover makes the control plane follow a takeover of the
+// register by this instance's connection: an instance that is not owner
+// becomes owner (an heir's claim made it owner already).
+func (c *Coordinator) followTakeover() {
 	if c.currentRole() == api.Role_ROLE_OWNER {
-		return // an heir: its claim made this instance owner already
+		return
 	}
 	c.wg.Add(1)
 	go func() {
