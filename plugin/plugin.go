@@ -795,7 +795,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 			if err != nil {
 				return nil, err
 			}
-			w := &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{})}
+			w := newWatchedSocket(conn)
 			c.socket.Store(w)
 			return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).WrapConn(w)
 		}),

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -107,40 +109,57 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 // returned, for the runtime to take the answer.
 const quietLinger = 100 * time.Millisecond
 
-// closeQuietly closes c from inside the Synchronize of another connection
-// (no request to c can be in flight then) and returns once the runtime has
-// marked c closed, so that it sends c no further request. It shuts down
-// only the sending side of c's socket: the runtime reads the end, marks the
-// plugin closed, then closes its side, which c's socket reads as its end
-// (watchedSocket). Without the socket (an author's dialer), or
-// if the runtime does not answer in time, c is closed plainly.
+// closeQuietly closes c from inside the Synchronize of another connection,
+// or from inside an event of another one that the runtime called after c
+// (no request to c is in flight then), and returns once the runtime has
+// marked c closed. That mark must come before the runtime ends the
+// Synchronize or event in progress: containerd's NRI (v0.11.0 in v2.2.9,
+// v0.12.3 in v2.4.2) drops closed plugins from its chain only at the end of
+// an event or when it appends a synchronized plugin, and it still sends
+// every later event to a plugin that is closed but not yet dropped, which
+// fails at once with "ttrpc: closed" and is logged as an error ("closing
+// plugin ..., failed to handle ... request"), or fails the request with
+// NRI's FailRequest policy.
+//
+// So the runtime is made to end the connection from its request client,
+// not from its multiplexer: endAtRuntime sends a frame on the plugin
+// service's stream that the runtime's ttrpc client cannot read, which ends
+// that client; its on-close marks the plugin closed and only then closes
+// the runtime's multiplexer and socket. The end of c's socket, read here,
+// therefore follows the mark. Shutting down the socket's sending side
+// instead (what the fallback does) lets the multiplexer close the socket
+// first, and the mark comes when the request client's reader is
+// scheduled: later, on a loaded node, than the end of the Synchronize.
 func (p *Plugin) closeQuietly(c *conn) {
 	c.adapter.closed.Store(true)
 	if sock := c.socket.Load(); sock != nil {
-		if err := sock.CloseWrite(); err == nil {
-			t := time.NewTimer(quietCloseWait)
-			select {
-			case <-sock.peerClosed:
-				// The runtime's multiplexer closed its side; its request
-				// client marks the plugin closed a moment later, when its
-				// reader is scheduled. Keep the runtime waiting for this
-				// Synchronize that long, so no event is sent to c first.
-				time.Sleep(closeSettle)
-			case <-t.C:
-				p.log.Warn("the runtime did not close a replaced connection in time")
-			}
-			t.Stop()
+		if err := sock.endAtRuntime(quietCloseWait); err != nil {
+			p.log.WithError(err).Warn("the runtime did not end a replaced connection from its request client; closing it at the socket")
+			sock.closeAtSocket(quietCloseWait, closeSettle)
 		}
 	}
 	p.disconnect(c)
 }
 
 // watchedSocket is a runtime connection's socket that tells when the
-// runtime has closed its side: the stub's reads then end.
+// runtime has closed its side (the stub's reads then end), and that can
+// end the runtime's request client (endAtRuntime). It follows the
+// multiplexer's framing of what the stub writes, so that a frame of its
+// own goes in between two of the stub's.
 type watchedSocket struct {
 	*net.UnixConn
 	peerClosed chan struct{}
 	once       sync.Once
+
+	sem      chan struct{} // held while writing: one slot
+	framer   muxFramer     // the stub's frames written so far
+	boundary chan struct{} // closed at the end of the stub's frame in progress
+	sealed   bool          // the runtime's client was ended: write nothing more
+}
+
+// newWatchedSocket watches conn.
+func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
+	return &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{}), sem: make(chan struct{}, 1)}
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
@@ -152,14 +171,159 @@ func (w *watchedSocket) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// closeSettle is how long the runtime gets to mark a closed connection
-// closed (see closeQuietly); scheduling a goroutine takes microseconds,
-// milliseconds on a loaded machine (at load 50 on 2 cores, 5 ms was
-// once too short: the runtime sent one more request and logged it failed).
+// errSealed is what the stub's writes get once the runtime's request
+// client was ended.
+var errSealed = errors.New("runtime connection ended by the harness")
+
+// Write writes as the socket does, noting where the stub's frames end.
+func (w *watchedSocket) Write(b []byte) (int, error) {
+	w.sem <- struct{}{}
+	defer func() { <-w.sem }()
+	if w.sealed {
+		return 0, errSealed
+	}
+	n, err := w.UnixConn.Write(b)
+	if w.framer.feed(b[:n]) && w.boundary != nil {
+		close(w.boundary)
+		w.boundary = nil
+	}
+	return n, err
+}
+
+// endAtRuntime sends the runtime a frame that ends its request client for
+// this connection (see closeQuietly), then waits until the runtime has
+// closed its side, within timeout. It fails without writing anything if
+// the stub's frame in progress does not end or the runtime does not read
+// in time, and if the runtime does not close its side in time.
+//
+// The frame: on the plugin service's stream, a payload larger than the
+// buffer the runtime's ttrpc client reads into (bufio's 4 KiB); NRI's
+// multiplexer fails that read (syscall.ENOMEM, pkg/net/multiplex), and
+// ttrpc's client ends on any read error that is not an RPC status. It must
+// be sent with no request of the runtime to this connection in flight (the
+// client's read is then waiting for a message header). Should a runtime
+// ever read it whole, it reads the start of a message longer than the
+// frame and waits for the rest: nothing is delivered, and the caller's
+// fallback ends the connection.
+func (w *watchedSocket) endAtRuntime(timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case w.sem <- struct{}{}:
+		case <-t.C:
+			return fmt.Errorf("the stub's write did not end within %v", timeout)
+		}
+		if w.sealed {
+			<-w.sem
+			return errors.New("already ended")
+		}
+		if w.framer.atBoundary() {
+			break
+		}
+		if w.boundary == nil {
+			w.boundary = make(chan struct{})
+		}
+		ch := w.boundary
+		<-w.sem
+		select {
+		case <-ch:
+		case <-t.C:
+			return fmt.Errorf("the stub's frame did not end within %v", timeout)
+		}
+	}
+	w.sealed = true
+	err := w.UnixConn.SetWriteDeadline(deadline)
+	if err == nil {
+		_, err = w.UnixConn.Write(endFrame)
+	}
+	<-w.sem
+	if err != nil {
+		return fmt.Errorf("write the end frame: %w", err)
+	}
+	select {
+	case <-w.peerClosed:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("the runtime did not close its side within %v", timeout)
+	}
+}
+
+// closeAtSocket ends the connection by shutting down the socket's sending
+// side: the runtime's multiplexer reads the end and closes its side. Its
+// request client marks the plugin closed when its reader is scheduled,
+// after that: settle is how long the caller is kept waiting for it.
+func (w *watchedSocket) closeAtSocket(timeout, settle time.Duration) {
+	if err := w.CloseWrite(); err != nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.peerClosed:
+		time.Sleep(settle)
+	case <-t.C:
+	}
+}
+
+// endFrame is the frame endAtRuntime sends: NRI's multiplexer header
+// (stream, length), then a payload that starts as a ttrpc message header
+// announcing a message longer than the payload.
+var endFrame = func() []byte {
+	const payload = 64 << 10 // far beyond the runtime client's 4 KiB read buffer
+	b := make([]byte, muxHeaderLen+payload)
+	binary.BigEndian.PutUint32(b[0:4], muxPluginService)
+	binary.BigEndian.PutUint32(b[4:8], payload)
+	binary.BigEndian.PutUint32(b[8:12], 4<<20) // ttrpc: the maximum message length
+	return b
+}()
+
+// NRI's multiplexer (pkg/net/multiplex): a frame is a 4-byte stream id and
+// a 4-byte payload length, then the payload; the runtime is the client of
+// the plugin service's stream.
+const (
+	muxHeaderLen     = 8
+	muxPluginService = 1 // multiplex.PluginServiceConn
+)
+
+// muxFramer follows the multiplexer's frames through a stream of writes.
+type muxFramer struct {
+	hdr  [muxHeaderLen]byte
+	n    int    // header bytes seen of the frame in progress
+	left uint32 // payload bytes still to come
+}
+
+// feed takes the bytes written next and reports whether they end at a
+// frame boundary.
+func (f *muxFramer) feed(b []byte) bool {
+	for len(b) > 0 {
+		if f.left > 0 {
+			k := min(uint32(len(b)), f.left)
+			f.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(f.hdr[f.n:], b)
+		f.n += k
+		b = b[k:]
+		if f.n == muxHeaderLen {
+			f.n, f.left = 0, binary.BigEndian.Uint32(f.hdr[4:8])
+		}
+	}
+	return f.atBoundary()
+}
+
+// atBoundary reports whether no frame is in progress.
+func (f *muxFramer) atBoundary() bool { return f.n == 0 && f.left == 0 }
+
+// closeSettle is how long the fallback (closeAtSocket) keeps the runtime
+// waiting for its request client to mark a closed connection closed: a
+// goroutine's scheduling, milliseconds on a loaded machine. Only the
+// fallback waits; endAtRuntime knows.
 const closeSettle = 20 * time.Millisecond
 
-// quietCloseWait bounds the wait for the runtime to notice a quiet close;
-// it notices as soon as its reader is scheduled.
+// quietCloseWait bounds each wait for the runtime to end a connection.
 const quietCloseWait = 100 * time.Millisecond
 
 // requestCatchUp asks Run to replace the connection so that the author
