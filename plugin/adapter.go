@@ -79,6 +79,11 @@ type adapter struct {
 	tag      uint16
 	lost     <-chan struct{}
 	retiring atomic.Pointer[conn]
+	// self is the connection; answerFrames, of a quiet one, is how many
+	// frames its stub had written on the plugin service's stream when its
+	// Synchronize returned (the answer is the next one; closeAfterAnswer).
+	self         *conn
+	answerFrames atomic.Uint64
 	// lastKey is the key of the event the runtime called this connection
 	// for last: a connection that replaces this one closes it inside an
 	// event only once this one has had that event (closeRetiring).
@@ -217,6 +222,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	defer a.syncedOnce.Do(func() { close(a.synced) })
 	if a.quiet {
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+		if sock := a.self.socket.Load(); sock != nil {
+			a.answerFrames.Store(sock.pluginFrames())
+		}
 		return nil, nil
 	}
 	wasOwner := p.coord.Status().Role == hapi.Role_ROLE_OWNER

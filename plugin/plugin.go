@@ -812,7 +812,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
-	c.adapter = &adapter{p: p, synced: c.synced, lost: c.closed}
+	c.adapter = &adapter{p: p, self: c, synced: c.synced, lost: c.closed}
 	if setup != nil {
 		setup(c.adapter)
 	}
