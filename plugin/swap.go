@@ -83,8 +83,8 @@ func (p *Plugin) registrationTimeout() time.Duration { return 2 * api.DefaultPlu
 
 // stopQuietly closes c so that the runtime sees no request fail: from
 // inside the Synchronize of a quiet connection q, which it then closes
-// once the runtime has taken q's answer (closeAfterAnswer). If that cannot
-// be done, c is closed plainly. When it returns, the process may exit.
+// behind q's answer (closeAfterAnswer). If that cannot be done, c is
+// closed plainly. When it returns, the process may exit.
 //
 // That is what keeps c out of the runtime's chain: the runtime marks c
 // closed inside q's Synchronize, but drops closed plugins from its chain
@@ -111,54 +111,62 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 		return
 	}
 	p.disconnect(c)
-	p.closeAfterAnswer(ctx, q)
+	p.closeAfterAnswer(q)
 }
 
-// closeAfterAnswer closes the quiet connection q once the runtime has
-// taken its Synchronize answer (awaitSyncTaken), with q's end frame
-// (endAtRuntime) so that the runtime marks it closed before its socket
+// closeAfterAnswer closes the quiet connection q once the runtime has had
+// time to take its Synchronize answer, with q's end frame (endAtRuntime)
+// behind the answer, so that the runtime marks q closed before its socket
 // ends. q is subscribed to quietEvent only: closing it between events
-// disturbs nothing. Without the harness's socket (an author's dialer) q is
-// closed plainly.
-func (p *Plugin) closeAfterAnswer(ctx context.Context, q *conn) {
+// disturbs nothing.
+//
+// The runtime sends a plugin nothing after its Synchronize, so no signal
+// says that its Synchronize call has taken the answer: the end frame right
+// behind the answer is read after it, but if the runtime's goroutine
+// waiting for the answer is not yet waiting when its ttrpc client reads
+// both, it sees the answer and the ended client at once and may pick the
+// latter ("failed to synchronize plugin: ttrpc: closed"; seen in-process at
+// load 40). So q lingers quietLinger after its answer was written. (An
+// empty UpdateContainers would prove the answer taken on containerd, whose
+// plugin sync holds the NRI lock that updateFromPlugin takes, but NRI
+// v0.11.0 takes its own lock before containerd's there, while every event
+// takes them the other way round: it deadlocked containerd v2.2.9 in the
+// e2e run.)
+func (p *Plugin) closeAfterAnswer(q *conn) {
 	q.adapter.closed.Store(true)
-	if err := awaitSyncTaken(ctx, q); err != nil {
-		p.log.WithError(err).Warn("the runtime did not confirm a quiet connection's Synchronize; closing it")
+	sock := q.socket.Load()
+	if sock == nil {
+		time.Sleep(quietLinger)
+		p.disconnect(q)
+		return
 	}
-	if sock := q.socket.Load(); sock != nil {
-		if err := sock.endAtRuntime(q.adapter.answerFrames.Load(), quietCloseWait); err != nil {
-			p.log.WithError(err).Warn("the runtime did not end a quiet connection after its Synchronize; closing it at the socket")
-			sock.closeAtSocket(quietCloseWait, 0)
-		}
+	if err := sock.awaitFrames(q.adapter.answerFrames.Load(), quietCloseWait); err != nil {
+		p.log.WithError(err).Warn("a quiet connection's Synchronize answer was not written in time")
+	}
+	time.Sleep(quietLinger)
+	if err := sock.endAtRuntime(0, quietCloseWait); err != nil {
+		p.log.WithError(err).Warn("the runtime did not end a quiet connection after its Synchronize; closing it at the socket")
+		sock.closeAtSocket(quietCloseWait, 0)
 	}
 	p.disconnect(q)
 }
 
-// awaitSyncTaken returns once the runtime has taken the answer to c's
-// Synchronize (c's handler has returned), or when ctx ends. It asks the
-// runtime for an empty container update: containerd serializes plugin
-// updates with its plugin sync on its NRI lock (internal/nri: syncPlugin
-// holds it while the adaptation synchronizes a plugin, updateFromPlugin
-// takes it), so the update returns only after the adaptation's Synchronize
-// call has returned with the answer. (The end frame alone, sent right
-// behind the answer, is not enough: if the runtime's goroutine waiting for
-// the answer is not yet waiting when its ttrpc client reads the answer and
-// then the end frame, it sees the answer and the closed client at once and
-// may pick the latter: "failed to synchronize plugin: ttrpc: closed".)
-func awaitSyncTaken(ctx context.Context, c *conn) error {
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.stub.UpdateContainers(nil) // returns when c is closed, at the latest
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("empty container update: %w", err)
+// quietLinger is how long a quiet connection stays after its Synchronize
+// answer was written, for the runtime's Synchronize call to take it.
+const quietLinger = 100 * time.Millisecond
+
+// awaitFrames waits, up to timeout, until the stub has written more than
+// after frames on the plugin service's stream.
+func (w *watchedSocket) awaitFrames(after uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if w.pluginFrames() > after {
+			return nil
 		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d frames after %v", w.pluginFrames(), timeout)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 

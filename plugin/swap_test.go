@@ -102,18 +102,11 @@ func newTestRuntime(t *testing.T) (*adaptation.Adaptation, *Plugin) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "nri.sock")
-	// As containerd (internal/nri): one lock around the plugin sync and
-	// a plugin's container updates.
-	var nriLock sync.Mutex
 	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
-		nriLock.Lock()
-		defer nriLock.Unlock()
 		_, err := cb(ctx, nil, nil)
 		return err
 	}
 	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
-		nriLock.Lock()
-		defer nriLock.Unlock()
 		return nil, nil
 	}
 	r, err := adaptation.New("test", "v0", syncFn, updateFn, adaptation.WithSocketPath(sock),
@@ -144,14 +137,14 @@ func createReq() *adaptation.CreateContainerRequest {
 
 // TestQuietStopLeavesTheRuntimeNothingToFail: a stopping instance closes
 // its connection from inside a quiet connection's Synchronize, and
-// stopQuietly returns only once the runtime has taken that Synchronize's
-// answer and the quiet connection is closed too: the process may exit
-// then. The runtime appends the quiet connection every time (which drops
-// the closed one from its chain) and never fails a Synchronize or a
-// request. Before, the quiet connection stayed open after stopQuietly
-// returned, and an instance exiting then lost the answer: on containerd
-// v2.2.9, 9 times in 70 handovers, each followed by a "closing plugin ...
-// ttrpc: closed" error at the next event.
+// stopQuietly returns only once the quiet connection is closed too, behind
+// its Synchronize answer: the process may exit then. The runtime appends
+// the quiet connection every time (which drops the closed one from its
+// chain) and never fails a Synchronize or a request. Before, the quiet
+// connection stayed open after stopQuietly returned, and an instance
+// exiting then lost the answer: on containerd v2.2.9, 9 times in 70
+// handovers, each followed by a "closing plugin ... ttrpc: closed" error at
+// the next event.
 func TestQuietStopLeavesTheRuntimeNothingToFail(t *testing.T) {
 	rec := recordNRILog(t)
 	r, p := newTestRuntime(t)

@@ -1171,10 +1171,6 @@ func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 // updates from plugins. They are recorded and applied; none is reported as
 // failed.
 func (r *Runtime) updateContainers(_ context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	// As containerd's updateFromPlugin: under the NRI wrapper lock, which
-	// the plugin sync holds while the adaptation synchronizes a plugin.
-	r.evMu.Lock()
-	defer r.evMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, u := range updates {
