@@ -79,6 +79,15 @@ type adapter struct {
 	tag      uint16
 	lost     <-chan struct{}
 	retiring atomic.Pointer[conn]
+	// self is the connection; answerFrames, of a quiet one, is how many
+	// frames its stub had written on the plugin service's stream when its
+	// Synchronize returned (the answer is the next one; closeAfterAnswer).
+	self         *conn
+	answerFrames atomic.Uint64
+	// lastKey is the key of the event the runtime called this connection
+	// for last: a connection that replaces this one closes it inside an
+	// event only once this one has had that event (closeRetiring).
+	lastKey atomic.Uint32
 	// lateOlder collects, until this connection acts, the containers of
 	// older versions its predecessor creates meanwhile (for Reconcile).
 	lateOlder atomic.Pointer[lateOlder]
@@ -213,6 +222,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	defer a.syncedOnce.Do(func() { close(a.synced) })
 	if a.quiet {
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+		if sock := a.self.socket.Load(); sock != nil {
+			a.answerFrames.Store(sock.pluginFrames())
+		}
 		return nil, nil
 	}
 	wasOwner := p.coord.Status().Role == hapi.Role_ROLE_OWNER
@@ -386,12 +398,12 @@ type turn struct {
 func (a *adapter) begin(event eventKind, id string) turn {
 	p := a.p
 	role := p.coord.Enter()
-	t := turn{a: a}
+	t := turn{a: a, key: protocol.EventKey(uint32(event), id)}
+	a.lastKey.Store(t.key)
 	if !a.closed.Load() && a.tag != 0 {
-		t.key = protocol.EventKey(uint32(event), id)
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
-		a.closeRetiring()
+		a.closeRetiring(t.key)
 		if dec.InDoubt {
 			p.inDoubt(event, id, t.act)
 		}
@@ -430,11 +442,15 @@ func (t turn) end() {
 }
 
 // closeRetiring closes the connection this one replaced once it no longer
-// owns the cut. Called inside one of this connection's events, when the
-// runtime has no request to the other one in flight.
-func (a *adapter) closeRetiring() {
+// owns the cut, inside this connection's event key: only if the runtime
+// has called the old connection for that event already (it is earlier in
+// the chain, as an older connection of the same index is), so that no
+// request to it is in flight or still to come in this event. The runtime
+// marks it closed before this event ends (closeQuietly) and drops it from
+// its chain at the end of the event.
+func (a *adapter) closeRetiring(key uint32) {
 	if old := a.retiring.Load(); old != nil && !a.p.coord.OwnsCut(old.adapter.tag) &&
-		a.retiring.CompareAndSwap(old, nil) {
+		old.adapter.lastKey.Load() == key && a.retiring.CompareAndSwap(old, nil) {
 		a.p.closeQuietly(old)
 	}
 }
@@ -470,7 +486,11 @@ func (a *adapter) promoteWhenIdle() {
 		quiet = api.DefaultPluginRequestTimeout
 	}
 	if a.p.coord.PromoteWhenIdle(ctx, a.tag, quiet) {
-		a.closeRetiring()
+		// Outside any event: an event may begin at any moment, so the old
+		// connection is closed from inside a Synchronize, as at a stop.
+		if old := a.retiring.Swap(nil); old != nil {
+			a.p.stopQuietly(context.WithoutCancel(parent), old)
+		}
 	}
 }
 

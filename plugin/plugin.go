@@ -806,7 +806,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 			if err != nil {
 				return nil, err
 			}
-			w := &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{})}
+			w := newWatchedSocket(conn)
 			c.socket.Store(w)
 			return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).WrapConn(w)
 		}),
@@ -823,7 +823,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	if p.cfg.socketPath != "" {
 		opts = append(opts, stub.WithSocketPath(p.cfg.socketPath))
 	}
-	c.adapter = &adapter{p: p, synced: c.synced, lost: c.closed}
+	c.adapter = &adapter{p: p, self: c, synced: c.synced, lost: c.closed}
 	if setup != nil {
 		setup(c.adapter)
 	}

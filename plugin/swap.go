@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -26,7 +28,8 @@ import (
 //     old connection; the runtime then sends every event to the new one.
 //   - quiet stop: a stopping instance opens a connection subscribed to one
 //     rare event (quietEvent) whose Synchronize closes the main connection,
-//     then closes that one too.
+//     then closes that one too, once the runtime has taken its answer
+//     (closeAfterAnswer).
 
 // quietEvent is the one event a connection used only to close another one
 // subscribes to (a plugin must subscribe to some): containerd sends it only
@@ -79,8 +82,19 @@ func (p *Plugin) replace(ctx context.Context, old *conn, quiet bool) (*conn, err
 func (p *Plugin) registrationTimeout() time.Duration { return 2 * api.DefaultPluginRegistrationTimeout }
 
 // stopQuietly closes c so that the runtime sees no request fail: from
-// inside the Synchronize of a quiet connection, which it then closes. If
-// that cannot be done, c is closed plainly.
+// inside the Synchronize of a quiet connection q, which it then closes
+// behind q's answer (closeAfterAnswer). If that cannot be done, c is
+// closed plainly. When it returns, the process may exit.
+//
+// That is what keeps c out of the runtime's chain: the runtime marks c
+// closed inside q's Synchronize, but drops closed plugins from its chain
+// only when it appends a synchronized one (or at the end of an event). An
+// instance that exited as soon as its Synchronize handler returned lost
+// the answer with the process; the runtime failed q's Synchronize ("failed
+// to synchronize plugin: ttrpc: closed"), appended nothing, and sent its
+// next event of any kind to the closed c: "closing plugin ..., failed to
+// handle ... request: ttrpc: closed" (each of the 9 such lines in 70
+// handovers on containerd v2.2.9 followed a failed quiet Synchronize).
 func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 	select {
 	case <-c.closed: // already gone
@@ -97,50 +111,124 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 		return
 	}
 	p.disconnect(c)
-	// The runtime has q's Synchronize answer in a moment and appends it;
-	// closing q before would fail that request. q is subscribed to
-	// quietEvent only, so closing it later disturbs nothing.
-	time.AfterFunc(quietLinger, func() { p.closeQuietly(q) })
+	p.closeAfterAnswer(q)
+}
+
+// closeAfterAnswer closes the quiet connection q once the runtime has had
+// time to take its Synchronize answer, with q's end frame (endAtRuntime)
+// behind the answer, so that the runtime marks q closed before its socket
+// ends. q is subscribed to quietEvent only: closing it between events
+// disturbs nothing.
+//
+// The runtime sends a plugin nothing after its Synchronize, so no signal
+// says that its Synchronize call has taken the answer: the end frame right
+// behind the answer is read after it, but if the runtime's goroutine
+// waiting for the answer is not yet waiting when its ttrpc client reads
+// both, it sees the answer and the ended client at once and may pick the
+// latter ("failed to synchronize plugin: ttrpc: closed"; seen in-process at
+// load 40). So q lingers quietLinger after its answer was written. (An
+// empty UpdateContainers would prove the answer taken on containerd, whose
+// plugin sync holds the NRI lock that updateFromPlugin takes, but NRI
+// v0.11.0 takes its own lock before containerd's there, while every event
+// takes them the other way round: it deadlocked containerd v2.2.9 in the
+// e2e run.)
+func (p *Plugin) closeAfterAnswer(q *conn) {
+	q.adapter.closed.Store(true)
+	sock := q.socket.Load()
+	if sock == nil {
+		time.Sleep(quietLinger)
+		p.disconnect(q)
+		return
+	}
+	if err := sock.awaitFrames(q.adapter.answerFrames.Load(), quietCloseWait); err != nil {
+		p.log.WithError(err).Warn("a quiet connection's Synchronize answer was not written in time")
+	}
+	time.Sleep(quietLinger)
+	if err := sock.endAtRuntime(0, quietCloseWait); err != nil {
+		p.log.WithError(err).Warn("the runtime did not end a quiet connection after its Synchronize; closing it at the socket")
+		sock.closeAtSocket(quietCloseWait, 0)
+	}
+	p.disconnect(q)
 }
 
 // quietLinger is how long a quiet connection stays after its Synchronize
-// returned, for the runtime to take the answer.
+// answer was written, for the runtime's Synchronize call to take it.
 const quietLinger = 100 * time.Millisecond
 
-// closeQuietly closes c from inside the Synchronize of another connection
-// (no request to c can be in flight then) and returns once the runtime has
-// marked c closed, so that it sends c no further request. It shuts down
-// only the sending side of c's socket: the runtime reads the end, marks the
-// plugin closed, then closes its side, which c's socket reads as its end
-// (watchedSocket). Without the socket (an author's dialer), or
-// if the runtime does not answer in time, c is closed plainly.
+// awaitFrames waits, up to timeout, until the stub has written more than
+// after frames on the plugin service's stream.
+func (w *watchedSocket) awaitFrames(after uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if w.pluginFrames() > after {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d frames after %v", w.pluginFrames(), timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// closeQuietly closes c from inside the Synchronize of another connection,
+// or from inside an event of another one that the runtime called after c
+// (no request to c is in flight then), and returns once the runtime has
+// marked c closed. That mark must come before the runtime ends the
+// Synchronize or event in progress: containerd's NRI (v0.11.0 in v2.2.9,
+// v0.12.3 in v2.4.2) drops closed plugins from its chain only at the end of
+// an event or when it appends a synchronized plugin, and it still sends
+// every later event to a plugin that is closed but not yet dropped, which
+// fails at once with "ttrpc: closed" and is logged as an error ("closing
+// plugin ..., failed to handle ... request"), or fails the request with
+// NRI's FailRequest policy.
+//
+// So the runtime is made to end the connection from its request client,
+// not from its multiplexer: endAtRuntime sends a frame on the plugin
+// service's stream that the runtime's ttrpc client cannot read, which ends
+// that client; its on-close marks the plugin closed and only then closes
+// the runtime's multiplexer and socket. The end of c's socket, read here,
+// therefore follows the mark. Shutting down the socket's sending side
+// instead (what the fallback does) lets the multiplexer close the socket
+// first, and the mark comes when the request client's reader is
+// scheduled: later, on a loaded node, than the end of the Synchronize.
 func (p *Plugin) closeQuietly(c *conn) {
 	c.adapter.closed.Store(true)
 	if sock := c.socket.Load(); sock != nil {
-		if err := sock.CloseWrite(); err == nil {
-			t := time.NewTimer(quietCloseWait)
-			select {
-			case <-sock.peerClosed:
-				// The runtime's multiplexer closed its side; its request
-				// client marks the plugin closed a moment later, when its
-				// reader is scheduled. Keep the runtime waiting for this
-				// Synchronize that long, so no event is sent to c first.
-				time.Sleep(closeSettle)
-			case <-t.C:
-				p.log.Warn("the runtime did not close a replaced connection in time")
-			}
-			t.Stop()
+		if err := sock.endAtRuntime(0, quietCloseWait); err != nil {
+			p.log.WithError(err).Warn("the runtime did not end a replaced connection from its request client; closing it at the socket")
+			sock.closeAtSocket(quietCloseWait, closeSettle)
 		}
 	}
 	p.disconnect(c)
 }
 
 // watchedSocket is a runtime connection's socket that tells when the
-// runtime has closed its side: the stub's reads then end.
+// runtime has closed its side (the stub's reads then end), and that can
+// end the runtime's request client (endAtRuntime). It follows the
+// multiplexer's framing of what the stub writes, so that a frame of its
+// own goes in between two of the stub's.
 type watchedSocket struct {
 	*net.UnixConn
 	peerClosed chan struct{}
 	once       sync.Once
+
+	sem      chan struct{} // held while writing: one slot
+	framer   muxFramer     // the stub's frames written so far
+	boundary chan struct{} // closed at the end of the stub's frame in progress
+	sealed   bool          // the runtime's client was ended: write nothing more
+}
+
+// pluginFrames returns how many frames the stub has written on the plugin
+// service's stream (its answers to the runtime's requests).
+func (w *watchedSocket) pluginFrames() uint64 {
+	w.sem <- struct{}{}
+	defer func() { <-w.sem }()
+	return w.framer.plugin
+}
+
+// newWatchedSocket watches conn.
+func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
+	return &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{}), sem: make(chan struct{}, 1)}
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
@@ -152,15 +240,177 @@ func (w *watchedSocket) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// closeSettle is how long the runtime gets to mark a closed connection
-// closed (see closeQuietly); scheduling a goroutine takes microseconds,
-// milliseconds on a loaded machine (at load 50 on 2 cores, 5 ms was
-// once too short: the runtime sent one more request and logged it failed).
+// errSealed is what the stub's writes get once the runtime's request
+// client was ended.
+var errSealed = errors.New("runtime connection ended by the harness")
+
+// Write writes as the socket does, noting where the stub's frames end.
+func (w *watchedSocket) Write(b []byte) (int, error) {
+	w.sem <- struct{}{}
+	defer func() { <-w.sem }()
+	if w.sealed {
+		return 0, errSealed
+	}
+	n, err := w.UnixConn.Write(b)
+	if w.framer.feed(b[:n]) && w.boundary != nil {
+		close(w.boundary)
+		w.boundary = nil
+	}
+	return n, err
+}
+
+// endAtRuntime sends the runtime a frame that ends its request client for
+// this connection (see closeQuietly), once the stub has written more than
+// after frames on the plugin service's stream (see pluginFrames) and none
+// is in progress, then waits until the runtime has closed its side, all
+// within timeout. It fails without writing anything if those frames are
+// not written in time, and if the runtime does not close its side in time.
+//
+// The frame: on the plugin service's stream, a payload larger than the
+// buffer the runtime's ttrpc client reads into (bufio's 4 KiB); NRI's
+// multiplexer fails that read (syscall.ENOMEM, pkg/net/multiplex), and
+// ttrpc's client ends on any read error that is not an RPC status. It must
+// be sent with no request of the runtime to this connection in flight (the
+// client's read is then waiting for a message header). Should a runtime
+// ever read it whole, it reads the start of a message longer than the
+// frame and waits for the rest: nothing is delivered, and the caller's
+// fallback ends the connection.
+func (w *watchedSocket) endAtRuntime(after uint64, timeout time.Duration) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case w.sem <- struct{}{}:
+		case <-t.C:
+			return fmt.Errorf("the stub's write did not end within %v", timeout)
+		}
+		if w.sealed {
+			<-w.sem
+			return errors.New("already ended")
+		}
+		if w.framer.atBoundary() && (after == 0 || w.framer.plugin > after) {
+			break
+		}
+		if w.boundary == nil {
+			w.boundary = make(chan struct{})
+		}
+		ch := w.boundary
+		<-w.sem
+		select {
+		case <-ch:
+		case <-t.C:
+			return fmt.Errorf("the stub's frames were not written within %v", timeout)
+		}
+	}
+	w.sealed = true
+	err := w.UnixConn.SetWriteDeadline(deadline)
+	if err == nil {
+		_, err = w.UnixConn.Write(endFrame)
+	}
+	<-w.sem
+	if err != nil {
+		return fmt.Errorf("write the end frame: %w", err)
+	}
+	select {
+	case <-w.peerClosed:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("the runtime did not close its side within %v", timeout)
+	}
+}
+
+// closeAtSocket ends the connection by shutting down the socket's sending
+// side: the runtime's multiplexer reads the end and closes its side. Its
+// request client marks the plugin closed when its reader is scheduled,
+// after that: settle is how long the caller is kept waiting for it.
+func (w *watchedSocket) closeAtSocket(timeout, settle time.Duration) {
+	if err := w.CloseWrite(); err != nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-w.peerClosed:
+		time.Sleep(settle)
+	case <-t.C:
+	}
+}
+
+// endFrame is the frame endAtRuntime sends: NRI's multiplexer header
+// (stream, length), then a payload that starts as a ttrpc message header
+// announcing a message longer than the payload.
+var endFrame = func() []byte {
+	const payload = 64 << 10 // far beyond the runtime client's 4 KiB read buffer
+	b := make([]byte, muxHeaderLen+payload)
+	binary.BigEndian.PutUint32(b[0:4], muxPluginService)
+	binary.BigEndian.PutUint32(b[4:8], payload)
+	binary.BigEndian.PutUint32(b[8:12], 4<<20) // ttrpc: the maximum message length
+	return b
+}()
+
+// NRI's multiplexer (pkg/net/multiplex): a frame is a 4-byte stream id and
+// a 4-byte payload length, then the payload; the runtime is the client of
+// the plugin service's stream.
+const (
+	muxHeaderLen     = 8
+	muxPluginService = 1 // multiplex.PluginServiceConn
+)
+
+// muxFramer follows the multiplexer's frames through a stream of writes.
+type muxFramer struct {
+	hdr    [muxHeaderLen]byte
+	n      int    // header bytes seen of the frame in progress
+	left   uint32 // payload bytes still to come
+	id     uint32 // the stream of the frame in progress
+	plugin uint64 // frames completed on the plugin service's stream
+}
+
+// feed takes the bytes written next and reports whether they end at a
+// frame boundary.
+func (f *muxFramer) feed(b []byte) bool {
+	for len(b) > 0 {
+		if f.left > 0 {
+			k := min(uint32(len(b)), f.left)
+			f.left -= k
+			b = b[k:]
+			f.ended()
+			continue
+		}
+		k := copy(f.hdr[f.n:], b)
+		f.n += k
+		b = b[k:]
+		if f.n == muxHeaderLen {
+			f.n, f.left = 0, binary.BigEndian.Uint32(f.hdr[4:8])
+			f.id = binary.BigEndian.Uint32(f.hdr[0:4])
+			f.ended()
+		}
+	}
+	return f.atBoundary()
+}
+
+// ended counts the frame in progress if it has just ended.
+func (f *muxFramer) ended() {
+	if f.left == 0 && f.id == muxPluginService {
+		f.plugin++
+	}
+}
+
+// atBoundary reports whether no frame is in progress.
+func (f *muxFramer) atBoundary() bool { return f.n == 0 && f.left == 0 }
+
+// closeSettle is how long the fallback (closeAtSocket) keeps the runtime
+// waiting for its request client to mark a closed connection closed: a
+// goroutine's scheduling, milliseconds on a loaded machine. Only the
+// fallback waits; endAtRuntime knows.
 const closeSettle = 20 * time.Millisecond
 
-// quietCloseWait bounds the wait for the runtime to notice a quiet close;
-// it notices as soon as its reader is scheduled.
-const quietCloseWait = 100 * time.Millisecond
+// quietCloseWait bounds each wait for the runtime to end a connection: it
+// ends it within a millisecond (p50 0.3 ms, max 12 ms over 520 closes at
+// load 33-41 on 2 cores; once more than 100 ms), and a wait inside a
+// Synchronize or an event must stay well below the runtime's request
+// timeout (2 s by default).
+const quietCloseWait = 500 * time.Millisecond
 
 // requestCatchUp asks Run to replace the connection so that the author
 // gets the containers nobody processed (see replace). Must not block.
