@@ -37,6 +37,13 @@ func (a *catchUpAuthor) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs
 	return nil, nil
 }
 
+// catchUp is the kit's author factory for catchUpAuthor.
+func catchUp(synced chan<- []string) func(string) (interface{}, []plugin.Option) {
+	return func(v string) (interface{}, []plugin.Option) {
+		return &catchUpAuthor{version: v, synced: synced}, nil
+	}
+}
+
 // TestPromotedOwnerCatchesUp: a container created while nobody acted (the
 // owner was frozen, so the runtime went on without it, then the owner died)
 // is not left unprocessed: its retired predecessor, promoted outside any
@@ -44,36 +51,11 @@ func (a *catchUpAuthor) Synchronize(_ context.Context, _ []*api.PodSandbox, ctrs
 // Synchronize hands the author that container.
 func TestPromotedOwnerCatchesUp(t *testing.T) {
 	synced := make(chan []string, 16)
-	n, err := plugintest.NewNode(plugintest.Config{
-		Name: "catchup",
-		Plugin: func(v string) (interface{}, []plugin.Option) {
-			return &catchUpAuthor{version: v, synced: synced}, nil
-		},
-		Runtime: plugintest.RuntimeOptions{RequestTimeout: 300 * time.Millisecond},
-		Log:     testLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v1, err := n.Start("1.0.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-synced                    // v1's first Synchronize
-	v2, err := n.Start("2.0.0") // v1 stays, retired: the fallback
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v2.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-synced // v2's Synchronize, as it took over
+	n, ctx := kitNode(t, "catchup", catchUp(synced), plugintest.RuntimeOptions{RequestTimeout: 300 * time.Millisecond})
+	v1 := startOwner(t, ctx, n, "1.0.0")
+	<-synced                             // v1's first Synchronize
+	v2 := startOwner(t, ctx, n, "2.0.0") // v1 stays, retired: the fallback
+	<-synced                             // v2's Synchronize, as it took over
 	pod, err := n.Runtime().RunPod(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +80,7 @@ func TestPromotedOwnerCatchesUp(t *testing.T) {
 				}
 				// Caught up once: the next owner's author is not handed
 				// it again (it still carries no stamp).
-				v3, err := n.Start("3.0.0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := v3.WaitOwner(ctx); err != nil {
-					t.Fatal(err)
-				}
+				startOwner(t, ctx, n, "3.0.0")
 				if ids := lastSynced(synced); slices.Contains(ids, orphan.Id) {
 					t.Fatalf("v3's Synchronize was handed %s again: %v", orphan.Id, ids)
 				}
@@ -134,19 +110,7 @@ func lastSynced(synced <-chan []string) []string {
 // Synchronize, and no later owner's author is handed them again.
 func TestUnstampedContainersHandedOnce(t *testing.T) {
 	synced := make(chan []string, 16)
-	n, err := plugintest.NewNode(plugintest.Config{
-		Name: "catchup",
-		Plugin: func(v string) (interface{}, []plugin.Option) {
-			return &catchUpAuthor{version: v, synced: synced}, nil
-		},
-		Log: testLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	n, ctx := kitNode(t, "catchup", catchUp(synced), plugintest.RuntimeOptions{})
 	pod, err := n.Runtime().RunPod(ctx, "p")
 	if err != nil {
 		t.Fatal(err)
@@ -155,24 +119,12 @@ func TestUnstampedContainersHandedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v1, err := n.Start("1.0.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startOwner(t, ctx, n, "1.0.0")
 	if ids := <-synced; !slices.Contains(ids, before.Id) {
 		t.Fatalf("v1's Synchronize was not handed %s: %v", before.Id, ids)
 	}
 	for _, v := range []string{"2.0.0", "3.0.0"} {
-		next, err := n.Start(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := next.WaitOwner(ctx); err != nil {
-			t.Fatal(err)
-		}
+		startOwner(t, ctx, n, v)
 		if ids := lastSynced(synced); ids == nil || slices.Contains(ids, before.Id) {
 			t.Fatalf("%s's Synchronize: %v; want it called, without %s", v, ids, before.Id)
 		}

@@ -17,6 +17,39 @@ type nopAudit struct{}
 
 func (nopAudit) Record(string, string) error { return nil }
 
+// auditKit is the author the kit nodes of these tests run: the audit sample.
+func auditKit(v string) (interface{}, []plugin.Option) {
+	return &audit.Plugin{Version: v, Recorder: nopAudit{}}, nil
+}
+
+// kitNode starts a test kit node of plugin name on a runtime with rt; it
+// is closed when the test ends. ctx bounds the test's waits.
+func kitNode(t *testing.T, name string, author func(string) (interface{}, []plugin.Option),
+	rt plugintest.RuntimeOptions) (n *plugintest.Node, ctx context.Context) {
+	t.Helper()
+	n, err := plugintest.NewNode(plugintest.Config{Name: name, Plugin: author, Runtime: rt, Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return n, ctx
+}
+
+// startOwner starts an instance of version and waits until it acts.
+func startOwner(t *testing.T, ctx context.Context, n *plugintest.Node, version string) *plugintest.Instance {
+	t.Helper()
+	in, err := n.Start(version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
 // TestFallbackTakesOverFromAFrozenOwner: the owner stops (SIGSTOP, or a
 // stuck process) while its predecessor still runs as its live fallback;
 // the runtime times out on it and drops it. The fallback, called for the
@@ -27,34 +60,9 @@ func (nopAudit) Record(string, string) error { return nil }
 // acted on twice. Before, every event until the owner thawed and
 // reconnected went unhandled, unsaid.
 func TestFallbackTakesOverFromAFrozenOwner(t *testing.T) {
-	n, err := plugintest.NewNode(plugintest.Config{
-		Name: "audit",
-		Plugin: func(v string) (interface{}, []plugin.Option) {
-			return &audit.Plugin{Version: v, Recorder: nopAudit{}}, nil
-		},
-		Runtime: plugintest.RuntimeOptions{RequestTimeout: 300 * time.Millisecond},
-		Log:     testLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v1, err := n.Start("1.0.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
-	v2, err := n.Start("2.0.0") // v1 stays, retired: the fallback
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v2.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := kitNode(t, "audit", auditKit, plugintest.RuntimeOptions{RequestTimeout: 300 * time.Millisecond})
+	v1 := startOwner(t, ctx, n, "1.0.0")
+	v2 := startOwner(t, ctx, n, "2.0.0") // v1 stays, retired: the fallback
 	if err := n.Lifecycles(ctx, 3, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -94,26 +102,8 @@ func TestFallbackTakesOverFromAFrozenOwner(t *testing.T) {
 // so: a gap, logged with its length and counted. A clean handover
 // declares none.
 func TestGapDeclared(t *testing.T) {
-	n, err := plugintest.NewNode(plugintest.Config{
-		Name: "audit",
-		Plugin: func(v string) (interface{}, []plugin.Option) {
-			return &audit.Plugin{Version: v, Recorder: nopAudit{}}, nil
-		},
-		Log: testLog(t),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	v1, err := n.Start("1.0.0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v1.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
+	n, ctx := kitNode(t, "audit", auditKit, plugintest.RuntimeOptions{})
+	v1 := startOwner(t, ctx, n, "1.0.0")
 	if err := n.Lifecycles(ctx, 2, 1); err != nil {
 		t.Fatal(err)
 	}
