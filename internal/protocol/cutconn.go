@@ -98,6 +98,14 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	case d.took:
 		c.log.WithField("conn", tag).Warn("nobody owned the plugin's events (the owner left without a successor seen); taking over")
 		c.followTakeover()
+	case d.InDoubt && d.Promoted:
+		// An heir after a release, with the recorded key (cut.go, case 1).
+		c.log.WithField("conn", tag).Warn("in doubt: the owner left after the event with this key; taking over")
+		c.inDoubt.Add(1)
+		if c.cfg.OnInDoubt != nil {
+			c.cfg.OnInDoubt()
+		}
+		c.catchUp()
 	}
 	// The first act of a connection: it was promoted now, or its
 	// predecessor handed over to it at this event.
@@ -123,7 +131,21 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
 	if c.cfg.OnInDoubt != nil {
 		c.cfg.OnInDoubt()
 	}
-	c.followTakeover()
+	if c.currentRole() == api.Role_ROLE_OWNER {
+		// An heir, owner by its claim: the event in doubt may be a
+		// CreateContainer the runtime completed without this plugin.
+		c.catchUp()
+		return
+	}
+	c.followTakeover() // the promotion catches up
+}
+
+// catchUp asks the harness for a catch-up (see Config.OnPromoted): the
+// containers no instance processed go to a new Synchronize.
+func (c *Coordinator) catchUp() {
+	if c.cfg.OnPromoted != nil {
+		c.cfg.OnPromoted(c.Status().Epoch)
+	}
 }
 
 // followTakeover makes the control plane follow a takeover of the
