@@ -22,8 +22,9 @@
 //     it creates, also for a plugin that only observes (a logger) or only
 //     validates: the runtime sees an annotation adjustment from it.
 //   - The author's Synchronize runs on the instance that becomes owner, with
-//     only the containers no instance of the plugin has stamped; Reconcile
-//     gets those older versions stamped.
+//     only the containers no instance of the plugin has stamped or
+//     synchronized before; Reconcile gets those older versions stamped or
+//     synchronized.
 //   - The author's Configure runs again on every connection: at each
 //     reconnect after the runtime went away, and when a standby reconnects
 //     to claim ownership in a new Synchronize. Make it idempotent.
@@ -183,7 +184,8 @@ type runtimeInfo struct {
 //
 // Whatever p implements, the instance subscribes to CreateContainer to
 // stamp each container it creates, the author's Configure runs on every
-// connection and the author's Synchronize sees only unstamped containers:
+// connection and the author's Synchronize sees only containers no
+// instance stamped or synchronized before:
 // see the package documentation.
 func New(p interface{}, opts ...Option) (*Plugin, error) {
 	c := config{started: time.Now()}
