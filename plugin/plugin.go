@@ -697,14 +697,30 @@ func (p *Plugin) loop(configured chan struct{}) error {
 		case resync:
 			// Claim in the Synchronize of a new connection, which closes
 			// this one from inside it (no request to it can be in flight).
-			if next, err := p.replace(ctx, c, false); err == nil {
+			next, err := p.replace(ctx, c, false)
+			if err == nil {
 				c = next
 				goto serving
-			} else if ctx.Err() == nil {
-				p.log.WithError(err).Warn("resync: could not replace the runtime connection; reconnecting")
 			}
-			p.disconnect(c)
-			delay.Reset()
+			select {
+			case <-c.closed:
+				if ctx.Err() == nil {
+					p.log.WithError(err).Warn("resync: could not replace the runtime connection; reconnecting")
+				}
+				p.disconnect(c)
+				delay.Reset()
+			default:
+				// The old connection is still in the runtime's chain and
+				// serves on (the cut lets it take over if its owner goes):
+				// closing it would leave this instance with none. Ask again
+				// later.
+				if ctx.Err() == nil {
+					wait := delay.Next()
+					p.log.WithError(err).WithField("retry_in", wait.String()).Warn("resync: could not replace the runtime connection; keeping the old one")
+					time.AfterFunc(wait, func() { p.requestResync("retry after a failed resync") })
+				}
+				goto serving
+			}
 		}
 	}
 }

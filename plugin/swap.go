@@ -51,30 +51,72 @@ func (p *Plugin) replace(ctx context.Context, old *conn, quiet bool) (*conn, err
 		}
 	})
 	if err != nil {
+		p.keepServing(old)
 		return nil, err
 	}
-	wait := time.NewTimer(p.registrationTimeout())
+	bound := replaceWait
+	if quiet {
+		bound = p.registrationTimeout() // a stop must end soon
+	}
+	wait := time.NewTimer(bound)
 	defer wait.Stop()
-	select {
-	case <-old.closed:
-		// Replaced; the new connection's Synchronize is returning.
+	slow := time.NewTimer(p.registrationTimeout())
+	defer slow.Stop()
+	for err == nil {
 		select {
-		case <-c.synced:
-			return c, nil
+		case <-old.closed:
+			// Replaced; the new connection's Synchronize is returning.
+			select {
+			case <-c.synced:
+				return c, nil
+			case <-c.closed:
+				err = fmt.Errorf("the new connection closed while it replaced the old one")
+			case <-wait.C:
+				err = fmt.Errorf("the new connection was not synchronized within %v", bound)
+			}
 		case <-c.closed:
-			err = fmt.Errorf("the new connection closed while it replaced the old one")
+			err = fmt.Errorf("the new connection closed before it replaced the old one")
+		case <-slow.C:
+			p.log.WithField("waited", p.registrationTimeout().String()).Warn(
+				"the runtime has not synchronized the new connection yet (a CRI call holds its plugin sync); the old one keeps serving meanwhile")
 		case <-wait.C:
-			err = fmt.Errorf("the new connection was not synchronized within %v", p.registrationTimeout())
+			err = fmt.Errorf("the new connection was not synchronized within %v", bound)
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
-	case <-c.closed:
-		err = fmt.Errorf("the new connection closed before it replaced the old one")
-	case <-wait.C:
-		err = fmt.Errorf("the new connection was not synchronized within %v", p.registrationTimeout())
-	case <-ctx.Done():
-		err = ctx.Err()
 	}
 	p.disconnect(c)
+	p.keepServing(old)
 	return nil, err
+}
+
+// replaceWait bounds how long a replacement waits for the runtime to
+// synchronize it while the old connection serves on. The runtime registers
+// a connection at once but synchronizes it only once no CRI call holds its
+// plugin-sync block, and containerd's CRI StopContainer holds that block
+// for a container's whole grace period (containerd issue 14083): on a busy
+// node a Synchronize queues for tens of seconds (17 s measured in the
+// Kubernetes suite). Giving up sooner gains nothing and loses much: the old
+// connection serves meanwhile, and a new attempt queues behind the same
+// stops, stalling the node's CRI calls once more.
+const replaceWait = 2 * time.Minute
+
+// keepServing makes old, still open after a replacement failed, the
+// connection the plugin's own calls (UpdateContainers, readiness) use
+// again: connectWith made the replacement that connection, and its
+// disconnect left none.
+func (p *Plugin) keepServing(old *conn) {
+	select {
+	case <-old.closed:
+		return
+	default:
+	}
+	p.stubMu.Lock()
+	if p.stub == nil {
+		p.stub = old.stub
+		p.configured = true
+	}
+	p.stubMu.Unlock()
 }
 
 // registrationTimeout bounds how long a replacement may take to be

@@ -32,5 +32,13 @@ func (b *Backoff) Wait(ctx context.Context) bool {
 	}
 }
 
+// Next returns the current delay, for a retry scheduled rather than
+// waited for, and doubles it.
+func (b *Backoff) Next() time.Duration {
+	d := b.next
+	b.next = min(2*b.next, b.max)
+	return d
+}
+
 // Reset starts the delay over at the minimum.
 func (b *Backoff) Reset() { b.next = b.min }

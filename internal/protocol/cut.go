@@ -131,6 +131,13 @@ type caller struct {
 	events uint64
 	// prev is what it saw at its previous call (see sighting).
 	prev sighting
+	// releaser: the connection gave the register up when its instance
+	// left with no successor seen (Coordinator.releaseCut). The release
+	// may land between the runtime's calls of one event to a connection
+	// called before it (which then saw the releaser own the event) and to
+	// the releaser: so the releaser takes the register back for an event
+	// nobody took (rule 5) and gives it up again once its handler is done.
+	releaser bool
 }
 
 // sighting is what a connection that neither owns nor inherits the
@@ -209,7 +216,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			events := atomic.LoadUint64(d.word(eventsOffset))
 			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
-			released := me.mayTakeOver && w.owner == 0 && w.heir == 0
+			released := (me.mayTakeOver || me.releaser) && w.owner == 0 && w.heir == 0
 			if released {
 				// 5: nobody owns the register and nobody claims it (an
 				// owner that left gave it up with no successor seen).

@@ -256,3 +256,70 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 		}
 	}
 }
+
+// TestCutReleaseBetweenTheCallsOfOneEvent: a leaving owner gives the
+// register up (releaseCut) after a standby was called first for an event,
+// which it skipped (the owner owned it then), and before the runtime calls
+// the owner for it. The releaser takes the event (rule 5, caller.releaser)
+// and gives the register up again once done; the standby takes the next.
+// Before, the event reached no instance and nobody declared it.
+func TestCutReleaseBetweenTheCallsOfOneEvent(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const kind = 1 << 3
+	owner, standby := d.newConnTag(), d.newConnTag()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+	d.storeOwnerEvents(owner, ^uint64(0))
+	released := false
+	release := func() {
+		released = true
+		d.updateCut(func(w *cutWord) bool {
+			if w.owner != owner || (w.acted && !w.done) {
+				return false
+			}
+			w.owner, w.ownerSeen = 0, false
+			return true
+		})
+	}
+	var seen sighting
+	call := func(tag uint16, key uint32) bool {
+		me := caller{mayTakeOver: tag == standby, releaser: tag == owner && released, events: ^uint64(0)}
+		if tag == standby {
+			me.prev = seen
+		}
+		dec := d.decide(tag, key, kind, me)
+		if tag == standby {
+			seen = dec.saw
+		}
+		if dec.Act {
+			d.finish(tag, key)
+			if tag == owner && released {
+				release() // Coordinator.Finish gives it up again
+			}
+		}
+		return dec.Act
+	}
+	// Event 1: the standby first, then the owner, which acts.
+	if call(standby, 1) || !call(owner, 1) {
+		t.Fatal("event 1: want the owner alone to act")
+	}
+	// Event 2: the standby first (the owner owns: it skips), the release,
+	// then the owner.
+	a := call(standby, 2)
+	release()
+	b := call(owner, 2)
+	if a || !b {
+		t.Fatalf("event 2, released between its two calls: standby acted %v, owner acted %v; want the owner alone", a, b)
+	}
+	// Event 3: released again; the standby takes it.
+	a, b = call(standby, 3), call(owner, 3)
+	if !a || b {
+		t.Fatalf("event 3 after the release: standby acted %v, owner acted %v; want the standby alone", a, b)
+	}
+	if w, _, _ := d.readCut(); w.owner != standby {
+		t.Fatalf("register owner %d after event 3, want the standby %d", w.owner, standby)
+	}
+}

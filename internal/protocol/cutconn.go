@@ -78,7 +78,7 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
 	me := caller{mayTakeOver: tag == c.mainTag && !c.left && !c.closed, atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: c.sightings[tag]}
+		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
@@ -93,6 +93,9 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Unlock()
 	c.reportInDoubt(gap)
 	switch {
+	case d.took && me.releaser:
+		// Back for an event nobody took; given up again at Finish.
+		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
 	case d.Overrun:
 		c.tookOverFromOverrun(tag, d)
 	case d.took:
@@ -201,7 +204,15 @@ func (c *Coordinator) cutMoved(tag uint16, promoted bool) {
 
 // Finish records that the handler of the event Decide let tag act on has
 // returned.
-func (c *Coordinator) Finish(tag uint16, key uint32) { c.cfg.Dir.finish(tag, key) }
+func (c *Coordinator) Finish(tag uint16, key uint32) {
+	c.cfg.Dir.finish(tag, key)
+	c.mu.Lock()
+	releaser := tag != 0 && tag == c.releasedTag
+	c.mu.Unlock()
+	if releaser {
+		c.releaseCut() // it took the register back for this event
+	}
+}
 
 // Acting reports whether one of this instance's connections acts on the
 // next event: it owns the register.
@@ -551,11 +562,18 @@ func (c *Coordinator) releaseCut() {
 		conns[t] = true
 	}
 	c.mu.Unlock()
+	var released uint16
 	c.cfg.Dir.updateCut(func(w *cutWord) bool {
 		if !conns[w.owner] || (w.acted && !w.done) {
 			return false
 		}
+		released = w.owner
 		w.owner, w.ownerSeen = 0, false
 		return true
 	})
+	if released != 0 {
+		c.mu.Lock()
+		c.releasedTag = released
+		c.mu.Unlock()
+	}
 }

@@ -1230,6 +1230,20 @@ func (r *Runtime) blockSync() *adaptation.PluginSyncBlock {
 	return b
 }
 
+// HoldPluginSync takes the runtime's plugin-sync block until release is
+// called, as containerd's CRI StopContainer does for the whole of a
+// container's grace period (containerd issue 14083): a plugin that connects
+// meanwhile is registered but not synchronized, so it is not in the chain
+// until release. In ModeCRIO and ModeGap events go on meanwhile (they take
+// no block); in ModeContainerd and ModeExitStop the lifecycle operations
+// wait for release, as containerd's CRI calls wait behind a queued
+// synchronization.
+func (r *Runtime) HoldPluginSync() (release func()) {
+	b := r.nri.BlockPluginSync()
+	var once sync.Once
+	return func() { once.Do(b.Unblock) }
+}
+
 // SyncWaits returns the waits longer than SyncWaitThreshold that operations
 // spent because a plugin was synchronizing, in order.
 func (r *Runtime) SyncWaits() []time.Duration {
