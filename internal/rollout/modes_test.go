@@ -54,10 +54,10 @@ var declared = map[scenario]bool{
 	{plugintest.ModeCRIO, 0}:       true,
 	{plugintest.ModeGap, 0}:        true,
 	{plugintest.ModeExitStop, 0}:   true,
-	{plugintest.ModeContainerd, 2}: false,
-	{plugintest.ModeCRIO, 2}:       false,
-	{plugintest.ModeGap, 2}:        false,
-	{plugintest.ModeExitStop, 2}:   false,
+	{plugintest.ModeContainerd, 2}: true,
+	{plugintest.ModeCRIO, 2}:       true,
+	{plugintest.ModeGap, 2}:        true,
+	{plugintest.ModeExitStop, 2}:   true,
 }
 
 // Every mode, with and without owner faults, under a rollout: the run
