@@ -1,8 +1,11 @@
 package plugintest
 
 import (
+	"io"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
 )
 
 // An act belongs to the delivery of its kind and object that began last
@@ -47,5 +50,36 @@ func TestRuntimeDeliveries(t *testing.T) {
 			i > 0 && d[i].Start.Before(d[i-1].End) {
 			t.Fatalf("delivery %d: %+v (issued %v, test began %v)", i, d[i], log[i], before)
 		}
+	}
+}
+
+// The node's hook keeps the protocol's gap warning as a window from its
+// "since" to the warning's time, a keyed in-doubt warning with its key,
+// and leaves out the in-doubt warnings for the event the instance is
+// handed (InDoubt names those).
+func TestDeclarationsFromWarnings(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	d := &declarations{}
+	log.AddHook(d)
+	e := log.WithField("instance", "i01")
+	since := time.Date(2026, 12, 2, 4, 0, 0, 123456789, time.UTC)
+	e.WithFields(logrus.Fields{"since": since.Format(time.RFC3339Nano), "gap_ms": 1}).Warn("gap: no instance acted since the last event acted on")
+	e.WithFields(logrus.Fields{"event_key": uint32(7), "from_conn": uint16(3)}).Warn("in doubt: the previous owner died inside a handler")
+	e.WithField("this_event", true).Warn("in doubt: the owner did not finish its handler before the runtime went on")
+	e.WithField("this_event", false).Warn("in doubt: the owner did not finish its handler before the runtime went on")
+	e.Info("gap: not a warning")
+	got := d.all()
+	if len(got) != 3 {
+		t.Fatalf("%d declarations, want 3: %+v", len(got), got)
+	}
+	if g := got[0]; !g.Gap || g.Instance != "i01" || !g.Start.Equal(since) || g.End.Before(since) {
+		t.Errorf("gap %+v, want from %v", g, since)
+	}
+	if k := got[1]; k.Gap || !k.HasKey || k.Key != 7 {
+		t.Errorf("keyed in doubt %+v", k)
+	}
+	if k := got[2]; k.Gap || k.HasKey || k.ID != "" {
+		t.Errorf("key-less in doubt %+v", k)
 	}
 }
