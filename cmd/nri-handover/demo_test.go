@@ -20,7 +20,7 @@ func TestDemoRuntimeModes(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"in_doubt", "caught_up", "gaps"} {
+		for _, k := range []string{"in_doubt", "caught_up", "gaps", "missed_undeclared"} {
 			if v, ok := rep[k].(float64); !ok || v != 0 {
 				t.Fatalf("-runtime %s: %s = %v, want 0", mode, k, rep[k])
 			}
@@ -36,19 +36,39 @@ func TestDemoRuntimeModes(t *testing.T) {
 	}
 }
 
-// With faults, the demo reports each one; the default tables do not show
-// the mode lines.
+// With faults, the demo reports each one and sorts every missed event
+// into declared (in a gap window, or in doubt) and undeclared: here (a kill
+// of the only instance, then a freeze with a retired instance connected)
+// every one is declared. The default tables do not show the mode lines.
 func TestDemoFaults(t *testing.T) {
 	var out bytes.Buffer
 	_ = demo([]string{"-events", "600", "-handovers", "1", "-faults", "2", "-request-timeout", "200ms", "--json"}, &out)
 	var rep struct {
-		Faults []string `json:"faults"`
+		Faults           []string          `json:"faults"`
+		Missed           int               `json:"missed"`
+		Duplicates       int               `json:"duplicates"`
+		MissedInGap      int               `json:"missed_in_gap"`
+		MissedInDoubt    int               `json:"missed_in_doubt"`
+		MissedUndeclared int               `json:"missed_undeclared"`
+		Gaps             int               `json:"gaps"`
+		GapWindows       []json.RawMessage `json:"gap_windows"`
+		Problems         []string          `json:"problems"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	if len(rep.Faults) != 2 {
 		t.Fatalf("faults %v, want 2", rep.Faults)
+	}
+	if rep.MissedUndeclared != 0 {
+		t.Errorf("%d of %d missed events undeclared:\n%s", rep.MissedUndeclared, rep.Missed, strings.Join(rep.Problems, "\n"))
+	}
+	if sorted := rep.MissedInGap + rep.MissedInDoubt + rep.MissedUndeclared; sorted < rep.Missed || rep.Duplicates == 0 && sorted != rep.Missed {
+		t.Errorf("missed %d, sorted %d (%d in a gap window, %d in doubt, %d undeclared)",
+			rep.Missed, sorted, rep.MissedInGap, rep.MissedInDoubt, rep.MissedUndeclared)
+	}
+	if len(rep.GapWindows) != rep.Gaps {
+		t.Errorf("%d gap windows, %d gaps", len(rep.GapWindows), rep.Gaps)
 	}
 	out.Reset()
 	if err := demo([]string{"-events", "300", "-handovers", "1"}, &out); err != nil {

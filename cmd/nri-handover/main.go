@@ -81,6 +81,9 @@ type demoReport struct {
 	Events           int            `json:"events"`
 	Duplicates       int            `json:"duplicates"`
 	Missed           int            `json:"missed"`
+	MissedInGap      int            `json:"missed_in_gap"`
+	MissedInDoubt    int            `json:"missed_in_doubt"`
+	MissedUndeclared int            `json:"missed_undeclared"`
 	Handovers        int            `json:"handovers"`
 	MaxSwitchDelayUS int64          `json:"max_switch_delay_us"`
 	MaxHandoverUS    int64          `json:"max_handover_us"`
@@ -91,6 +94,7 @@ type demoReport struct {
 	InDoubt          int            `json:"in_doubt"`
 	CaughtUp         int            `json:"caught_up"`
 	Gaps             int            `json:"gaps"`
+	GapWindows       []gapWindow    `json:"gap_windows,omitempty"`
 	Acted            map[string]int `json:"acted"`
 	Instances        int            `json:"instances"`
 	ElapsedMS        int64          `json:"elapsed_ms"`
@@ -98,6 +102,15 @@ type demoReport struct {
 	Faults           []string       `json:"faults,omitempty"`
 	OK               bool           `json:"ok"`
 	Problems         []string       `json:"problems,omitempty"`
+}
+
+// gapWindow is a declared gap window in the --json output: no instance
+// acted from start to end (RFC 3339, UTC, nanoseconds).
+type gapWindow struct {
+	Instance string `json:"instance"`
+	Start    string `json:"start"`
+	End      string `json:"end"`
+	MS       int64  `json:"ms"`
 }
 
 func demo(args []string, out io.Writer) error {
@@ -156,6 +169,15 @@ func demo(args []string, out io.Writer) error {
 		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
 		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Gaps: res.Gaps, Runtime: string(res.Mode), Faults: res.Faults,
 		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
+		MissedInGap: res.Missed.InGap, MissedInDoubt: res.Missed.InDoubt, MissedUndeclared: res.Missed.UndeclaredCount,
+	}
+	if !res.Missed.GapsCaptured && rep.MissedUndeclared == 0 {
+		// Without every window the misses cannot be shown declared.
+		rep.MissedUndeclared = rep.Missed - rep.MissedInGap - rep.MissedInDoubt
+	}
+	for _, w := range res.Missed.Windows {
+		rep.GapWindows = append(rep.GapWindows, gapWindow{Instance: w.Instance,
+			Start: w.Start.UTC().Format(time.RFC3339Nano), End: w.End.UTC().Format(time.RFC3339Nano), MS: w.End.Sub(w.Start).Milliseconds()})
 	}
 	for _, h := range res.Handovers {
 		rep.MaxHandoverUS = max(rep.MaxHandoverUS, h.Took.Microseconds())
@@ -203,6 +225,11 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	fmt.Fprintf(tw, "acted on exactly once\t%d\n", rep.Events-rep.Missed)
 	fmt.Fprintf(tw, "duplicates\t%d\n", rep.Duplicates)
 	fmt.Fprintf(tw, "missed\t%d\n", rep.Missed)
+	if rep.Missed > 0 || rep.Gaps > 0 || rep.InDoubt > 0 {
+		fmt.Fprintf(tw, "missed, in a declared gap window\t%d\n", rep.MissedInGap)
+		fmt.Fprintf(tw, "missed, declared in doubt\t%d\n", rep.MissedInDoubt)
+		fmt.Fprintf(tw, "missed, undeclared\t%d\n", rep.MissedUndeclared)
+	}
 	fmt.Fprintf(tw, "failed container creations\t%d\n", rep.FailedCreates)
 	fmt.Fprintf(tw, "instances dropped by the runtime\t%d\n", rep.Dropped)
 	if rep.Runtime != string(plugintest.ModeContainerd) || len(rep.Faults) > 0 {

@@ -37,6 +37,29 @@ var exact = map[scenario]bool{
 	{plugintest.ModeExitStop, 2}:   false,
 }
 
+// declared says in which scenarios every missed event is declared today
+// (in a declared gap window, or declared in doubt): the promise "nothing
+// lost without saying so". Measured 2026-12-02 with faults, in every mode:
+// not yet. An owner the runtime dropped (frozen past the request timeout)
+// or one promoted while its runtime connection is gone is taken for live
+// by a newcomer claiming in its Synchronize, which takes over cleanly and
+// declares no gap, so the events since the drop are declared by nobody;
+// and a takeover by rule 3 or 4 of the cut declares no gap even when the
+// taker was not in the runtime's chain (it was reconnecting) when the
+// runtime gave up on the owner. Those are internal/protocol's to fix; flip
+// each entry as it lands. A scenario marked false still runs, checks its
+// accounting and logs what was undeclared.
+var declared = map[scenario]bool{
+	{plugintest.ModeContainerd, 0}: true,
+	{plugintest.ModeCRIO, 0}:       true,
+	{plugintest.ModeGap, 0}:        true,
+	{plugintest.ModeExitStop, 0}:   true,
+	{plugintest.ModeContainerd, 2}: true,
+	{plugintest.ModeCRIO, 2}:       true,
+	{plugintest.ModeGap, 2}:        true,
+	{plugintest.ModeExitStop, 2}:   true,
+}
+
 // Every mode, with and without owner faults, under a rollout: the run
 // completes with the handovers and faults it was asked for, each mode did
 // what it says (gaps in gap mode, self-exits in exit-stop mode), nothing is
@@ -59,9 +82,28 @@ func TestRolloutInEveryMode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%v: %d events, %d duplicates, %d missed, %d failed creates, %d unstamped, %d in doubt, %d caught up, faults %v",
-				s, res.Report.Events, res.Report.Duplicates, res.Report.Missed, res.Stats.FailedCreates,
-				res.Unstamped, res.InDoubt, res.CaughtUp, res.Faults)
+			t.Logf("%v: %d events, %d duplicates, %d missed (%d in a gap window, %d in doubt, %d undeclared), %d failed creates, %d unstamped, %d in doubt, %d caught up, %d gaps, faults %v",
+				s, res.Report.Events, res.Report.Duplicates, res.Report.Missed,
+				res.Missed.InGap, res.Missed.InDoubt, res.Missed.UndeclaredCount, res.Stats.FailedCreates,
+				res.Unstamped, res.InDoubt, res.CaughtUp, res.Gaps, res.Faults)
+			// Every missed event is sorted into exactly one class (an
+			// event missed and another occurrence of it acted twice count
+			// as a miss here and not in the report).
+			if sorted := res.Missed.InGap + res.Missed.InDoubt + res.Missed.UndeclaredCount; sorted < res.Report.Missed ||
+				res.Report.Duplicates == 0 && sorted != res.Report.Missed {
+				t.Errorf("%d missed events sorted, the report has %d", sorted, res.Report.Missed)
+			}
+			if !res.Missed.GapsCaptured {
+				t.Errorf("%d gap windows collected, the instances declared %d gaps", len(res.Missed.Windows), res.Gaps)
+			}
+			switch {
+			case !res.AllMissedDeclared() && declared[s]:
+				t.Errorf("%d missed events undeclared:\n%v", res.Missed.UndeclaredCount, res.Missed.UndeclaredRuns)
+			case !res.AllMissedDeclared():
+				t.Logf("known (declared[%v] is false): %d missed events undeclared:\n%v", s, res.Missed.UndeclaredCount, res.Missed.UndeclaredRuns)
+			case !declared[s]:
+				t.Logf("every missed event was declared: declared[%v] may be flipped (if it holds over many runs)", s)
+			}
 			switch {
 			case res.Report.Events < cfg.Events:
 				t.Errorf("%d events delivered, want at least %d", res.Report.Events, cfg.Events)

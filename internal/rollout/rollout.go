@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	"golang.org/x/sys/unix"
 
 	"github.com/nri-handover/nri-handover/internal/sim"
@@ -124,6 +125,17 @@ type Result struct {
 	// found no instance acting since the last event acted on (declared
 	// windows in which events reached no instance).
 	InDoubt, CaughtUp, Gaps int
+	// Missed sorts the missed events into declared (inside a declared gap
+	// window, or declared in doubt) and undeclared, from the runtime's
+	// delivery times and the declarations the instances made.
+	Missed Missed
+}
+
+// AllMissedDeclared reports whether every missed event was declared: it
+// fell in a declared gap window or was declared in doubt (and a window
+// was collected for every gap the instances counted).
+func (r *Result) AllMissedDeclared() bool {
+	return r.Missed.UndeclaredCount == 0 && r.Missed.GapsCaptured
 }
 
 // InstanceResult is one instance's view of the run.
@@ -192,6 +204,16 @@ func (r *Result) Problems() []string {
 	for _, in := range r.Instances {
 		if in.Stats.Disconnects != 0 && !in.Faulted {
 			out = append(out, fmt.Sprintf("instance %s lost its runtime connection %d times", in.ID, in.Stats.Disconnects))
+		}
+	}
+	if !r.Missed.GapsCaptured {
+		out = append(out, fmt.Sprintf("gap windows: collected %d, the instances declared %d gaps: the missed events cannot all be checked",
+			len(r.Missed.Windows), r.Gaps))
+	}
+	if n := r.Missed.UndeclaredCount; n != 0 {
+		out = append(out, fmt.Sprintf("%d missed events were not declared (no gap window, not in doubt), in %d runs:", n, len(r.Missed.UndeclaredRuns)))
+		for _, u := range r.Missed.UndeclaredRuns {
+			out = append(out, "  "+u)
 		}
 	}
 	out = append(out, r.StampProblems...)
@@ -374,6 +396,8 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res.Elapsed = time.Since(start)
 	res.Stats = rt.Stats()
 	res.Report = r.node.Ledger().Compare(rt.Issued(), nil)
+	deliveries := rt.Deliveries()
+	unacted := r.node.Ledger().Unacted(deliveries)
 	for v, n := range res.Report.ByVersion {
 		res.ActedByVersion[v] = n
 	}
@@ -387,6 +411,11 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		res.CaughtUp += caughtUp
 		res.Gaps += int(st.Gaps)
 	}
+	timeout := r.cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = api.DefaultPluginRequestTimeout
+	}
+	res.Missed = classify(unacted, deliveries, r.node.Declarations(), res.Gaps, timeout)
 	check, err := r.node.Check()
 	if err != nil {
 		return nil, err

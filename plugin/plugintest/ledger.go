@@ -2,8 +2,10 @@ package plugintest
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Ledger records which plugin instance acted on which event. Safe for
@@ -17,6 +19,7 @@ type Ledger struct {
 type act struct {
 	instance string
 	version  string
+	at       time.Time // when it was recorded (wall clock)
 }
 
 // NewLedger returns an empty ledger.
@@ -30,7 +33,7 @@ func (l *Ledger) Record(ev Event, id, instance, version string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := EventKey{Event: ev, ID: id}
-	l.acts[k] = append(l.acts[k], act{instance: instance, version: version})
+	l.acts[k] = append(l.acts[k], act{instance: instance, version: version, at: time.Now().Round(0)})
 	l.n++
 }
 
@@ -141,4 +144,38 @@ func (l *Ledger) Compare(issued map[EventKey]int, only func(Event) bool) Report 
 		}
 	}
 	return rep
+}
+
+// Unacted returns the deliveries (as from Runtime.Deliveries) that no act
+// was recorded for, in delivery order. An act belongs to the delivery of
+// its (kind, id) that started last before the act was recorded: a handler
+// is called after the runtime began the delivery, and events are
+// serialized, so the next delivery of that (kind, id) starts after it.
+// An act recorded before any delivery of its (kind, id) belongs to none.
+func (l *Ledger) Unacted(deliveries []Delivery) []Delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	byKey := map[EventKey][]int{} // indices into deliveries, by start
+	for i, d := range deliveries {
+		k := EventKey{Event: d.Event, ID: d.ID}
+		byKey[k] = append(byKey[k], i)
+	}
+	acted := make([]bool, len(deliveries))
+	for k, idx := range byKey {
+		sort.SliceStable(idx, func(a, b int) bool { return deliveries[idx[a]].Start.Before(deliveries[idx[b]].Start) })
+		for _, a := range l.acts[k] {
+			// The last delivery that started at or before the act.
+			j := sort.Search(len(idx), func(j int) bool { return deliveries[idx[j]].Start.After(a.at) }) - 1
+			if j >= 0 {
+				acted[idx[j]] = true
+			}
+		}
+	}
+	var out []Delivery
+	for i, d := range deliveries {
+		if !acted[i] {
+			out = append(out, d)
+		}
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
@@ -53,6 +54,8 @@ type Node struct {
 	root   string
 	ledger *Ledger
 	log    *logrus.Logger
+	// declared collects the instances' gap and in-doubt declarations.
+	declared *declarations
 
 	mu        sync.Mutex
 	instances []*Instance
@@ -86,7 +89,9 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.Log != nil {
 		log.SetOutput(cfg.Log)
 	}
-	return &Node{cfg: cfg, rt: rt, root: root, ledger: NewLedger(), log: log}, nil
+	declared := &declarations{}
+	log.AddHook(declared)
+	return &Node{cfg: cfg, rt: rt, root: root, ledger: NewLedger(), log: log, declared: declared}, nil
 }
 
 // tempBase is /dev/shm where it is usable, else the default temporary
@@ -148,6 +153,10 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	in.h.SetConnWrapper(in.conns.wrap)
 	author, aopts := n.cfg.Plugin(version)
 	in.handlers = newHandlers(author, func(ev Event, oid string) { n.ledger.Record(ev, oid, id, version) })
+	in.handlers.inDoubt = func(ev Event, oid string) {
+		at := time.Now().Round(0)
+		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid})
+	}
 	all := append(append([]plugin.Option(nil), aopts...),
 		plugin.WithVersion(version),
 		plugin.WithPluginName(n.cfg.Name),

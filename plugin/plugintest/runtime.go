@@ -219,10 +219,12 @@ type Runtime struct {
 	history   []*api.Container          // every successfully created container
 	issued    map[EventKey]int
 	issuedLog []EventKey
-	updates   []*api.ContainerUpdate
-	stats     Stats
-	cur       current
-	seq       uint64
+	// issuedAt[i] is when issuedLog[i]'s delivery began and ended.
+	issuedAt []deliveryTimes
+	updates  []*api.ContainerUpdate
+	stats    Stats
+	cur      current
+	seq      uint64
 	// validated is set (by the adaptation's metrics callback) when a
 	// plugin was asked to validate during the current CreateContainer.
 	validated bool
@@ -398,6 +400,33 @@ func (r *Runtime) IssuedLog() []EventKey {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]EventKey(nil), r.issuedLog...)
+}
+
+// Delivery is one delivered event (as in IssuedLog) and when the runtime
+// delivered it: Start is read, under the event lock, just before the
+// adaptation calls the plugins, End just after the call returned. Both are
+// wall-clock times (no monotonic reading), so they compare with times
+// read in other processes or parsed from logs.
+type Delivery struct {
+	EventKey
+	Start, End time.Time
+}
+
+// deliveryTimes is a Delivery's times.
+type deliveryTimes struct{ start, end time.Time }
+
+// Deliveries returns the delivered events in delivery order with their
+// occurrence numbers and delivery times. Events are serialized, so each
+// delivery ends before the next one starts (a ValidateContainerAdjustment
+// shares its CreateContainer's times).
+func (r *Runtime) Deliveries() []Delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Delivery, len(r.issuedLog))
+	for i, k := range r.issuedLog {
+		out[i] = Delivery{EventKey: k, Start: r.issuedAt[i].start, End: r.issuedAt[i].end}
+	}
+	return out
 }
 
 // Stats returns a snapshot of the runtime's counters.
@@ -1060,6 +1089,7 @@ func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, c
 	start := time.Now()
 	err := call()
 	lat := time.Since(start)
+	at := deliveryTimes{start: start.Round(0), end: start.Add(lat).Round(0)}
 
 	r.mu.Lock()
 	r.cur = current{}
@@ -1073,6 +1103,7 @@ func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, c
 		k := EventKey{Event: ev, ID: id}
 		r.issued[k]++
 		r.issuedLog = append(r.issuedLog, EventKey{Event: ev, ID: id, N: r.issued[k]})
+		r.issuedAt = append(r.issuedAt, at)
 		r.stats.Events++
 		if inGap {
 			r.stats.GapEvents++
@@ -1086,6 +1117,7 @@ func (r *Runtime) deliverLocked(ev Event, id string, recordOnError, exit bool, c
 		k := EventKey{Event: EventValidateContainerAdjustment, ID: id}
 		r.issued[k]++
 		r.issuedLog = append(r.issuedLog, EventKey{Event: k.Event, ID: id, N: r.issued[k]})
+		r.issuedAt = append(r.issuedAt, at)
 	}
 	if exit {
 		r.stats.ExitStops++

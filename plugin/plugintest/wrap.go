@@ -20,6 +20,9 @@ type handlers struct {
 	author  interface{}
 	handles api.EventMask // the author's handlers
 	record  func(ev Event, id string)
+	// inDoubt, if set, is told of each event in doubt the harness hands
+	// this instance (see InDoubt).
+	inDoubt func(ev Event, id string)
 
 	mu         sync.Mutex
 	configured api.EventMask // the last subscription (0 before Configure)
@@ -43,6 +46,7 @@ var (
 	_ stub.RemoveContainerInterface     = (*handlers)(nil)
 	_ stub.ShutdownInterface            = (*handlers)(nil)
 	_ plugin.ReconcileInterface         = (*handlers)(nil)
+	_ plugin.InDoubtInterface           = (*handlers)(nil)
 
 	_ stub.ValidateContainerAdjustmentInterface = (*handlers)(nil)
 )
@@ -153,6 +157,17 @@ func (h *handlers) Reconcile(ctx context.Context, p *plugin.Plugin, older []*plu
 		return r.Reconcile(ctx, p, older)
 	}
 	return nil
+}
+
+// InDoubt notes the declaration (the node collects them: see
+// Node.Declarations) and passes it on to the author, if it listens.
+func (h *handlers) InDoubt(ctx context.Context, event, id string, acting bool) {
+	if h.inDoubt != nil {
+		h.inDoubt(Event(event), id)
+	}
+	if a, ok := h.author.(plugin.InDoubtInterface); ok {
+		a.InDoubt(ctx, event, id, acting)
+	}
 }
 
 func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {

@@ -1,0 +1,171 @@
+package rollout
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nri-handover/nri-handover/plugin/plugintest"
+)
+
+// Missed sorts the events no instance acted on by whether the instances
+// declared them (the promise: nothing lost without saying so).
+type Missed struct {
+	// InGap counts the missed events delivered inside a declared gap
+	// window: the runtime began delivering them at or after the window's
+	// start (the protocol's own record of the last act before it) and at
+	// or before its end (read when the takeover was logged, after the
+	// protocol read the takeover time). No tolerance is needed: both
+	// bounds are on the safe side of what the protocol declared.
+	InGap int
+	// InDoubt counts the other missed events declared in doubt: by name
+	// (the instance that took over was handed the event), by the
+	// protocol's key of the event, or, for a declaration that names
+	// neither (a takeover from an owner the runtime gave up on), the
+	// event it was declared for as classify works it out.
+	InDoubt int
+	// Undeclared lists the missed events that fall in no declared window
+	// and were not declared in doubt, with their delivery times and the
+	// nearest gap windows.
+	Undeclared []string
+	// UndeclaredCount is len(Undeclared) before truncation.
+	UndeclaredCount int
+	// UndeclaredRuns groups the undeclared misses into runs of
+	// consecutive deliveries (no delivery acted on or declared between
+	// them), each with its first and last delivery and its size.
+	UndeclaredRuns []string
+	// Windows lists the declared gap windows.
+	Windows []GapWindow
+	// GapsCaptured tells whether a window was collected for every gap the
+	// instances counted (Stats.Gaps); if not, the accounting is incomplete
+	// and the run cannot show that every miss was declared.
+	GapsCaptured bool
+}
+
+// GapWindow is one declared gap: no instance acted from Start to End.
+type GapWindow struct {
+	Instance   string
+	Start, End time.Time
+}
+
+// classify sorts the unacted deliveries against the declarations; gaps is
+// the sum of the instances' Stats.Gaps; all is every delivery, in order;
+// requestTimeout is the runtime's.
+func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration, gaps int, requestTimeout time.Duration) Missed {
+	var m Missed
+	type name struct {
+		ev plugintest.Event
+		id string
+	}
+	named := map[name]bool{}
+	keys := map[uint32]bool{}
+	var keyless []time.Time
+	for _, d := range decl {
+		switch {
+		case d.Gap:
+			m.Windows = append(m.Windows, GapWindow{Instance: d.Instance, Start: d.Start, End: d.End})
+		case d.ID != "":
+			named[name{d.Event, d.ID}] = true
+		case d.HasKey:
+			keys[d.Key] = true
+		default:
+			keyless = append(keyless, d.End)
+		}
+	}
+	m.GapsCaptured = len(m.Windows) == gaps
+	sort.Slice(m.Windows, func(i, j int) bool { return m.Windows[i].Start.Before(m.Windows[j].Start) })
+	missed := map[plugintest.EventKey]bool{}
+	for _, d := range unacted {
+		missed[d.EventKey] = true
+	}
+	// A key-less in-doubt declaration is a takeover from an owner the
+	// runtime gave up on (rule 3 or 4 of the protocol's cut) by an
+	// instance that was handed the event after the one in doubt: it
+	// covers the delivery immediately before the one in progress when it
+	// was declared. If that one was acted on (the taker was not in the
+	// runtime's chain when the runtime gave up: it was reconnecting), it
+	// covers the event the runtime gave up on: the latest delivery before
+	// the declaration that no instance acted on and that lasted at least
+	// the request timeout. Each declaration covers one event.
+	coveredByKeyless := map[plugintest.EventKey]bool{}
+	sort.Slice(keyless, func(i, j int) bool { return keyless[i].Before(keyless[j]) })
+	uncovered := func(d plugintest.Delivery) bool { return missed[d.EventKey] && !coveredByKeyless[d.EventKey] }
+	for _, at := range keyless {
+		cur := sort.Search(len(all), func(i int) bool { return all[i].Start.After(at) }) - 1 // in progress
+		if cur >= 1 && uncovered(all[cur-1]) {
+			coveredByKeyless[all[cur-1].EventKey] = true
+			continue
+		}
+		for i := cur - 1; i >= 0; i-- {
+			if d := all[i]; uncovered(d) && d.End.Sub(d.Start) >= requestTimeout {
+				coveredByKeyless[d.EventKey] = true
+				break
+			}
+		}
+	}
+	var run []plugintest.Delivery
+	endRun := func() {
+		if len(run) == 0 {
+			return
+		}
+		a, b := run[0], run[len(run)-1]
+		m.UndeclaredRuns = append(m.UndeclaredRuns, fmt.Sprintf("%d undeclared from %s (%s) to %s (%s): %s",
+			len(run), a.EventKey, stamp(a.Start), b.EventKey, stamp(b.Start), m.nearest(a.Start)))
+		run = nil
+	}
+	for _, d := range all {
+		if !missed[d.EventKey] {
+			endRun()
+			continue
+		}
+		if m.inWindow(d.Start) {
+			m.InGap++
+			endRun()
+			continue
+		}
+		k, hasKey := plugintest.ProtocolKey(d.Event, d.ID)
+		if named[name{d.Event, d.ID}] || hasKey && keys[k] || coveredByKeyless[d.EventKey] {
+			m.InDoubt++
+			endRun()
+			continue
+		}
+		m.UndeclaredCount++
+		run = append(run, d)
+		if len(m.Undeclared) < 20 {
+			m.Undeclared = append(m.Undeclared, fmt.Sprintf("%s delivered %s-%s: in no declared gap window (%s), not declared in doubt",
+				d.EventKey, stamp(d.Start), stamp(d.End), m.nearest(d.Start)))
+		}
+	}
+	endRun()
+	return m
+}
+
+// inWindow tells whether a declared window contains t (bounds included).
+func (m *Missed) inWindow(t time.Time) bool {
+	for _, w := range m.Windows {
+		if !t.Before(w.Start) && !t.After(w.End) {
+			return true
+		}
+	}
+	return false
+}
+
+// nearest describes the declared windows just before and after t.
+func (m *Missed) nearest(t time.Time) string {
+	i := sort.Search(len(m.Windows), func(i int) bool { return m.Windows[i].Start.After(t) })
+	var s string
+	if i > 0 {
+		w := m.Windows[i-1]
+		s = fmt.Sprintf("previous %s-%s by %s, ended %v before", stamp(w.Start), stamp(w.End), w.Instance, t.Sub(w.End))
+	} else {
+		s = "no earlier window"
+	}
+	if i < len(m.Windows) {
+		w := m.Windows[i]
+		s += fmt.Sprintf("; next %s-%s by %s, starts %v after", stamp(w.Start), stamp(w.End), w.Instance, w.Start.Sub(t))
+	}
+	return s
+}
+
+// stamp formats t as UTC time of day to the microsecond.
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
