@@ -112,7 +112,17 @@ func (s *suite) chartMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := httpGet(fmt.Sprintf("http://%s:9102/metrics", p.Status.PodIP))
+	// Served by the time the pod is Ready; a loaded node may answer one
+	// request late (the client gives each 2 s), so ask for up to 30 s.
+	var body string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, err = httpGet(fmt.Sprintf("http://%s:9102/metrics", p.Status.PodIP))
+		if err == nil && strings.Contains(body, "nri_handover_") || time.Now().After(deadline) {
+			break
+		}
+		<-time.After(200 * time.Millisecond) // poll interval
+	}
 	if err != nil || !strings.Contains(body, "nri_handover_") {
 		t.Errorf("metrics on %s:9102: %v\n%s", p.Status.PodIP, err, tail(body, 5))
 	}

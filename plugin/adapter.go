@@ -395,17 +395,25 @@ type turn struct {
 // A connection that was closed never acts: the NRI stub may still run a
 // handler for a request the runtime has already given up on (the runtime
 // went on to the next plugin when the connection closed).
-func (a *adapter) begin(event eventKind, id string) turn {
+func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 	p := a.p
 	role := p.coord.Enter()
 	t := turn{a: a, key: protocol.EventKey(uint32(event), id)}
 	a.lastKey.Store(t.key)
-	if !a.closed.Load() && a.tag != 0 {
+	if ctx.Err() != nil && !a.closed.Load() && a.tag != 0 {
+		// The runtime gave up on this request before its handler could
+		// start (the instance was stopped or stuck for longer than the
+		// request timeout): it went on without this plugin, so acting now
+		// would change nothing, and would record an act after the events
+		// that reached nobody meanwhile (see Coordinator.Abandoned).
+		p.coord.Abandoned()
+		p.inDoubt(event, id, false, "the runtime gave up on this request before its handler started (the instance was stopped or stuck): not acted on")
+	} else if !a.closed.Load() && a.tag != 0 {
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		a.closeRetiring(t.key)
 		if dec.InDoubt {
-			p.inDoubt(event, id, t.act)
+			p.inDoubt(event, id, t.act, "the previous owner died inside its handler")
 		}
 	}
 	if t.act {
@@ -418,9 +426,9 @@ func (a *adapter) begin(event eventKind, id string) turn {
 }
 
 // inDoubt tells the author of an event in doubt (see InDoubtInterface).
-func (p *Plugin) inDoubt(event eventKind, id string, acting bool) {
+func (p *Plugin) inDoubt(event eventKind, id string, acting bool, why string) {
 	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "acting": acting}).
-		Warn("event in doubt: the previous owner died inside its handler")
+		Warn("event in doubt: " + why)
 	if h, ok := p.author.(InDoubtInterface); ok {
 		rt := p.RequestTimeout()
 		if rt <= 0 {
@@ -508,7 +516,7 @@ func (p *Plugin) skip(event eventKind, id string, role hapi.Role) {
 // it and no other instance stamped it already, then adds the stamp.
 func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	p := a.p
-	t := a.begin(evCreateContainer, c.GetId())
+	t := a.begin(ctx, evCreateContainer, c.GetId())
 	defer t.end()
 	if !t.act {
 		if late := a.lateOlder.Load(); late != nil {
@@ -556,7 +564,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	t := a.begin(evUpdateContainer, c.GetId())
+	t := a.begin(ctx, evUpdateContainer, c.GetId())
 	defer t.end()
 	if !t.act {
 		return nil, nil
@@ -565,7 +573,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
-	t := a.begin(evStopContainer, c.GetId())
+	t := a.begin(ctx, evStopContainer, c.GetId())
 	defer t.end()
 	if !t.act {
 		return nil, nil
@@ -574,7 +582,7 @@ func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api
 }
 
 func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
-	t := a.begin(evUpdatePodSandbox, pod.GetId())
+	t := a.begin(ctx, evUpdatePodSandbox, pod.GetId())
 	defer t.end()
 	if !t.act {
 		return nil
@@ -584,8 +592,8 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 
 // event gates an event whose only result is an error; id names the pod or
 // container it is about.
-func (a *adapter) event(event eventKind, id string, call func() error) error {
-	t := a.begin(event, id)
+func (a *adapter) event(ctx context.Context, event eventKind, id string, call func() error) error {
+	t := a.begin(ctx, event, id)
 	defer t.end()
 	if !t.act {
 		return nil
@@ -594,55 +602,55 @@ func (a *adapter) event(event eventKind, id string, call func() error) error {
 }
 
 func (a *adapter) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(evRunPodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, evRunPodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.RunPodInterface).RunPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(evPostUpdatePodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, evPostUpdatePodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.PostUpdatePodInterface).PostUpdatePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(evStopPodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, evStopPodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.StopPodInterface).StopPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(evRemovePodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, evRemovePodSandbox, pod.GetId(), func() error {
 		return a.p.author.(stub.RemovePodInterface).RemovePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(evStartContainer, c.GetId(), func() error {
+	return a.event(ctx, evStartContainer, c.GetId(), func() error {
 		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(evPostCreateContainer, c.GetId(), func() error {
+	return a.event(ctx, evPostCreateContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(evPostStartContainer, c.GetId(), func() error {
+	return a.event(ctx, evPostStartContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(evPostUpdateContainer, c.GetId(), func() error {
+	return a.event(ctx, evPostUpdateContainer, c.GetId(), func() error {
 		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(evRemoveContainer, c.GetId(), func() error {
+	return a.event(ctx, evRemoveContainer, c.GetId(), func() error {
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
 }
@@ -651,7 +659,7 @@ func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *a
 // validator on the owner only; the other instances accept, so the owner's
 // verdict is the plugin's.
 func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
-	return a.event(evValidateContainerAdjustment, req.GetContainer().GetId(), func() error {
+	return a.event(ctx, evValidateContainerAdjustment, req.GetContainer().GetId(), func() error {
 		return a.p.author.(stub.ValidateContainerAdjustmentInterface).ValidateContainerAdjustment(ctx, req)
 	})
 }

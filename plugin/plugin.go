@@ -880,7 +880,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 // instance took a role on a newer connection.
 func (p *Plugin) disconnect(c *conn) {
 	c.adapter.closed.Store(true)
-	p.coord.DropConn(c.adapter.tag)
+	p.coord.CloseConn(c.adapter.tag)
 	p.stubMu.Lock()
 	if p.stub == c.stub {
 		p.stub = nil

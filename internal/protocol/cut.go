@@ -38,6 +38,8 @@ const (
 	heirMaskCut   = 40 // the events the heir connection subscribes to
 	ownerMaskCut  = 48 // the owner connection's tag (bits 48-63) and the events it subscribes to
 	lastActCut    = 56 // when a connection last acted on an event (unix nanoseconds)
+	deadOwnerCut  = 64 // 1<<16 | the tag of the last register owner known to have no connection (see markDeadOwner)
+	prevActCut    = 72 // when a connection acted on the event before (unix nanoseconds; see lastActed)
 )
 
 // cutWord is the decoded register.
@@ -225,7 +227,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				atomic.AddUint64(d.word(eventsOffset), 1)
 				if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
 					d.storeOwnerEvents(tag, me.events)
-					atomic.StoreUint64(d.word(lastActCut), uint64(time.Now().UnixNano()))
+					d.recordAct()
 					dec.saw = sighting{}
 					return dec
 				}
@@ -314,7 +316,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				d.storeOwnerEvents(w.owner, atomic.LoadUint64(d.word(heirMaskCut)))
 			}
 			if dec.Act {
-				atomic.StoreUint64(d.word(lastActCut), uint64(time.Now().UnixNano()))
+				d.recordAct()
 			}
 			dec.saw = sighting{}
 			return dec
@@ -389,15 +391,32 @@ func (d *Dir) newConnTag() uint16 {
 	}
 }
 
-// lastActed returns when a connection of the plugin last acted on an
-// event (zero: never, since the directory was created).
+// recordAct records that a connection acts on an event now; call with
+// genMu read-locked.
+func (d *Dir) recordAct() {
+	atomic.StoreUint64(d.word(prevActCut), atomic.LoadUint64(d.word(lastActCut)))
+	atomic.StoreUint64(d.word(lastActCut), uint64(time.Now().UnixNano()))
+}
+
+// lastActed returns the start of the window in which no connection of the
+// plugin may have acted on a live request: when one acted on the event
+// before the last one acted on (zero: never, since the directory was
+// created). Not the last act itself: that may have been late, a handler
+// of a stopped process that resumed after the runtime had given up on its
+// request and gone on without it (every event meanwhile reached nobody),
+// and its act tells nothing about those events. So a gap declared from
+// here may begin one act early; it never begins late.
 func (d *Dir) lastActed() time.Time {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
 	if d.gen == nil {
 		return time.Time{}
 	}
-	if n := atomic.LoadUint64(d.word(lastActCut)); n != 0 {
+	n := atomic.LoadUint64(d.word(prevActCut))
+	if last := atomic.LoadUint64(d.word(lastActCut)); n == 0 || last < n {
+		n = last
+	}
+	if n != 0 {
 		return time.Unix(0, int64(n))
 	}
 	return time.Time{}
@@ -411,6 +430,30 @@ func (d *Dir) setOwnerEvents(tag uint16, mask uint64) {
 	if d.gen != nil {
 		d.storeOwnerEvents(tag, mask)
 	}
+}
+
+// markDeadOwner records that connection tag, if it still owns the
+// register, is closed: its instance knows (its connection dropped, or it
+// took the register for a connection that had already closed). Events the
+// runtime sends meanwhile reach nobody acting, and the instance that takes
+// the register from tag next declares a gap (ownerDead), whichever
+// instance it is.
+func (d *Dir) markDeadOwner(tag uint16) {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	if d.gen == nil || tag == 0 {
+		return
+	}
+	if decodeCut(atomic.LoadUint64(d.word(cutOffset))).owner == tag {
+		atomic.StoreUint64(d.word(deadOwnerCut), 1<<16|uint64(tag))
+	}
+}
+
+// ownerDead reports whether markDeadOwner recorded connection tag.
+func (d *Dir) ownerDead(tag uint16) bool {
+	d.genMu.RLock()
+	defer d.genMu.RUnlock()
+	return d.gen != nil && tag != 0 && atomic.LoadUint64(d.word(deadOwnerCut)) == 1<<16|uint64(tag)
 }
 
 // storeOwnerEvents is setOwnerEvents; call with genMu read-locked.

@@ -36,12 +36,20 @@ func (c *Coordinator) Conn(events uint64) uint16 {
 
 // DropConn forgets a connection that closed; an heir that closed never
 // becomes owner.
-func (c *Coordinator) DropConn(tag uint16) {
+func (c *Coordinator) DropConn(tag uint16) { c.dropConn(tag, false) }
+
+// CloseConn is DropConn for a connection this instance closes itself, at a
+// moment it chose (no event is lost to it): the first of the two calls
+// for a connection decides.
+func (c *Coordinator) CloseConn(tag uint16) { c.dropConn(tag, true) }
+
+func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 	if tag == 0 {
 		return
 	}
 	c.mu.Lock()
-	if _, ok := c.conns[tag]; ok {
+	_, known := c.conns[tag] // the first of the two calls for a connection
+	if known {
 		if len(c.dropped) >= 16 {
 			clear(c.dropped) // only the last few can still be in the register
 		}
@@ -50,6 +58,11 @@ func (c *Coordinator) DropConn(tag uint16) {
 	delete(c.conns, tag)
 	delete(c.sightings, tag)
 	c.mu.Unlock()
+	if known && !deliberate {
+		// Lost, not closed by this instance: if it owned the register,
+		// nobody acts until another connection takes it.
+		c.cfg.Dir.markDeadOwner(tag)
+	}
 	c.cfg.Dir.updateCut(func(w *cutWord) bool {
 		if w.heir != tag {
 			return false
@@ -80,6 +93,8 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	me := caller{mayTakeOver: tag == c.mainTag && !c.left && !c.closed, atLeastOnce: c.cfg.AtLeastOnce,
 		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
+	before, _, _ := c.cfg.Dir.readCut()
+	lastAct := c.cfg.Dir.lastActed()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
 	c.mu.Lock()
@@ -91,6 +106,10 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		gap.gapSince, c.gapHeir = c.gapSince, 0
 	}
 	c.mu.Unlock()
+	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(before.owner) {
+		// The owner it took from had no connection: nobody acted since.
+		gap.gapSince = lastAct
+	}
 	c.reportInDoubt(gap)
 	switch {
 	case d.took && me.releaser:
@@ -274,7 +293,7 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		// another instance's (one that left in order gives it up:
 		// releaseCut).
 		if w, _, _ := c.cfg.Dir.readCut(); w.owner != 0 && w.owner != tag {
-			if _, live := c.conns[w.owner]; c.dropped[w.owner] || !heir && !live {
+			if _, live := c.conns[w.owner]; c.dropped[w.owner] || c.cfg.Dir.ownerDead(w.owner) || !heir && !live {
 				c.gapHeir, c.gapSince = tag, c.cfg.Dir.lastActed()
 			}
 		}
@@ -299,6 +318,11 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 	})
 	if w, _, _ := c.cfg.Dir.readCut(); w.owner == tag {
 		c.cfg.Dir.setOwnerEvents(tag, events)
+		if _, live := c.conns[tag]; !live {
+			// A promotion for a connection that has closed: nobody acts
+			// until the next taker, which declares the gap.
+			c.cfg.Dir.markDeadOwner(tag)
+		}
 	}
 	if _, live := c.conns[t.prev.owner]; outright && !heir && t.prev.owner != 0 && !live {
 		t.gapSince = c.cfg.Dir.lastActed()
@@ -532,6 +556,17 @@ func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
 func (c *Coordinator) OwnsCut(tag uint16) bool {
 	w, _, ok := c.cfg.Dir.readCut()
 	return ok && tag != 0 && w.owner == tag
+}
+
+// Abandoned counts an event the runtime gave up on before this instance's
+// handler started (its request's deadline had passed): the runtime went on
+// without the plugin, so nobody acts on it. It is declared as an event in
+// doubt (logged by the caller, counted, OnInDoubt).
+func (c *Coordinator) Abandoned() {
+	c.inDoubt.Add(1)
+	if c.cfg.OnInDoubt != nil {
+		c.cfg.OnInDoubt()
+	}
 }
 
 // InDoubt is the number of events a dead owner was inside of when this
