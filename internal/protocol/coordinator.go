@@ -143,11 +143,9 @@ type Coordinator struct {
 	role         api.Role
 	reason       string
 	epoch        uint64
-	leaving      bool
-	left         bool // Leave has finished: never owner again
-	closed       bool
-	claiming     bool // a Claim is in progress (peers waiting to settle see it)
-	pending      bool // yielded; the successor's claim not yet settled
+	stage        stage // active -> leaving -> left -> closed (stages.go)
+	claiming     bool  // a Claim is in progress (peers waiting to settle see it)
+	pending      bool  // yielded; the successor's claim not yet settled
 	successor    *api.Instance
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
@@ -309,7 +307,7 @@ func (c *Coordinator) Enter() api.Role {
 // to, so it can take back if that one dies. Call with events and mu held.
 func (c *Coordinator) retireSupersededLocked() {
 	c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
-	if c.closed {
+	if c.stage == stageClosed {
 		return
 	}
 	c.wg.Add(1)
@@ -391,7 +389,7 @@ func (c *Coordinator) statusLocked() *api.StatusResponse {
 		Epoch:        c.epoch,
 		Reason:       c.reason,
 		LastHandover: c.lastHandover,
-		Leaving:      c.leaving,
+		Leaving:      c.leavingLocked(),
 	}
 	for _, w := range c.watchers {
 		st.Watchers = append(st.Watchers, w)
@@ -868,8 +866,8 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		return c.currentRole(), errors.New("handover: instance is closing; not taking ownership")
 	}
 	c.mu.Lock()
-	if c.left {
-		// Leave finished while publishing: the name leads to an instance
+	if c.goneLocked() {
+		// Leave finished (or Close ran) while publishing: the name leads to an instance
 		// that will not act; its watchers claim once it is gone.
 		c.mu.Unlock()
 		c.releaseEvents()
@@ -987,7 +985,7 @@ func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
 	c.mu.Lock()
 	wasStandby := c.role == api.Role_ROLE_STANDBY
 	c.setLocked(role, reason)
-	closed := c.closed
+	closed := c.stage == stageClosed
 	c.mu.Unlock()
 	c.releaseEvents()
 	if watch && role == api.Role_ROLE_STANDBY && !wasStandby && !closed {
@@ -1062,7 +1060,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		// closed): its Synchronize is over, yielding now would be unfenced.
 		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	}
-	if !c.leaving {
+	if !c.leavingLocked() {
 		if ok, reason := c.cfg.Policy.Allow(PublicInstance(c.self), PublicInstance(taker)); !ok {
 			return refuse(reason)
 		}
@@ -1074,7 +1072,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		AtUnixNano: time.Now().UnixNano(), Epoch: c.epoch,
 	}
 	c.setLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version))
-	if !c.closed {
+	if c.stage != stageClosed {
 		c.pending = true
 		c.wg.Add(1)
 		go c.watchSuccessor(taker, c.epoch, time.Now().Add(wait+takeBackGrace))
@@ -1107,9 +1105,9 @@ func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.Wa
 		// the end of its claim) is waited on, not reported: its state is
 		// about to change.
 		settled := c.role != api.Role_ROLE_JOINING && !c.claiming
-		changed := c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER || req.GetUntilSettled()
-		if settled && changed || c.closed {
-			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed,
+		changed := c.epoch != req.Epoch || c.leavingLocked() || c.role != api.Role_ROLE_OWNER || req.GetUntilSettled()
+		if settled && changed || c.stage == stageClosed {
+			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leavingLocked(),
 				Reason: c.reason, Claiming: c.claiming}
 			c.mu.Unlock()
 			return resp, nil
@@ -1385,13 +1383,13 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 func (c *Coordinator) hasLeft() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.left || c.closed
+	return c.goneLocked()
 }
 
 func (c *Coordinator) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closed
+	return c.stage == stageClosed
 }
 
 // Leave is called when the instance is asked to stop. An owner tells its
@@ -1406,9 +1404,8 @@ func (c *Coordinator) isClosed() bool {
 func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Lock()
 	owner := c.role == api.Role_ROLE_OWNER
-	if owner {
-		c.leaving = true
-		c.notifyLocked()
+	if owner && c.stage < stageLeaving { // Close may have run already
+		c.advanceLocked(stageLeaving)
 		c.log.WithField("standbys", len(c.watchers)).Info("leaving: acting until a successor takes over")
 	}
 	c.mu.Unlock()
@@ -1430,8 +1427,9 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	}
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER
-	c.leaving = true
-	c.left = true
+	if c.stage < stageLeft { // Close may have run already
+		c.advanceLocked(stageLeft)
+	}
 	if c.role != api.Role_ROLE_RETIRED {
 		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
 	}
@@ -1469,12 +1467,11 @@ func (c *Coordinator) awaitSuccessor(ctx context.Context) {
 // are never touched, so a successor that serves them is not disturbed.
 func (c *Coordinator) Close() {
 	c.mu.Lock()
-	if c.closed {
+	if c.stage == stageClosed {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
-	c.notifyLocked()
+	c.advanceLocked(stageClosed)
 	c.mu.Unlock()
 	c.cancel()
 	if c.server != nil {

@@ -77,7 +77,7 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
-	me := caller{mayTakeOver: tag == c.mainTag && !c.left && !c.closed, atLeastOnce: c.cfg.AtLeastOnce,
+	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
 		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
