@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,6 +141,7 @@ type Coordinator struct {
 	mu           sync.Mutex
 	role         api.Role
 	reason       string
+	outcome      Outcome // what the last role change came to ("": nothing to report)
 	epoch        uint64
 	stage        stage // active -> leaving -> left -> closed (stages.go)
 	claiming     bool  // a Claim is in progress (peers waiting to settle see it)
@@ -306,7 +306,7 @@ func (c *Coordinator) Enter() api.Role {
 // by force, and watches that instance as it would a successor it yielded
 // to, so it can take back if that one dies. Call with events and mu held.
 func (c *Coordinator) retireSupersededLocked() {
-	c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
+	c.transitionLocked(api.Role_ROLE_RETIRED, supersededReason, "")
 	if c.stage == stageClosed {
 		return
 	}
@@ -440,16 +440,6 @@ func (c *Coordinator) Changed() <-chan struct{} {
 	return c.changed
 }
 
-// setLocked changes the role; call with events and mu held.
-func (c *Coordinator) setLocked(role api.Role, reason string) {
-	if c.role != role || c.reason != reason {
-		c.log.WithFields(logrus.Fields{"role": roleName(role), "epoch": c.epoch,
-			"from": roleName(c.role)}).Infof("role change: %s", reason)
-	}
-	c.role, c.reason = role, reason
-	c.notifyLocked()
-}
-
 // notifyLocked wakes everyone waiting on Changed; call with mu held.
 func (c *Coordinator) notifyLocked() {
 	close(c.changed)
@@ -487,7 +477,9 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	c.setClaiming(true)
 	var grant claimGrant
 	role, err := c.claim(ctx, w, &grant)
-	outcome := claimOutcome(before, role, c.Status().Reason, err)
+	c.mu.Lock()
+	outcome := claimOutcome(before, role, c.outcome, err)
+	c.mu.Unlock()
 	// A superseded owner (the name leads elsewhere) retires at its next
 	// event: its author does not synchronize (model finding F5).
 	if role == api.Role_ROLE_OWNER && ready != nil && !c.superseded() {
@@ -499,7 +491,7 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 			outcome = OutcomeNotReady
 			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
 			if before != api.Role_ROLE_OWNER {
-				c.demote(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), true)
+				c.transition(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), OutcomeNotReady, true)
 				role = api.Role_ROLE_STANDBY
 			}
 			// An owner that reconnected keeps its role: nobody else would
@@ -624,17 +616,16 @@ func (c *Coordinator) setClaiming(on bool) {
 // that bounds the whole claim.
 var errClaimDeadline = errors.New("claim deadline passed")
 
-// claimOutcome classifies a finished claim for Config.OnOutcome.
-func claimOutcome(before, after api.Role, reason string, err error) Outcome {
+// claimOutcome classifies a finished claim for Config.OnOutcome; last is
+// the outcome the last role change recorded (transitionLocked).
+func claimOutcome(before, after api.Role, last Outcome, err error) Outcome {
 	switch {
 	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_OWNER:
 		return OutcomeKept
 	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_RETIRED:
 		return OutcomeTookBack
-	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "owner unresponsive"):
-		return OutcomeForced
-	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "took over"):
-		return OutcomeTookOver
+	case after == api.Role_ROLE_OWNER && (last == OutcomeForced || last == OutcomeTookOver):
+		return last
 	case after == api.Role_ROLE_OWNER:
 		return OutcomeFirstOwner
 	case err != nil:
@@ -700,7 +691,7 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 		// Another instance published itself while this one was away (it
 		// took over from us by force, or took ownership back from a claim
 		// of ours that overran): claim like any newcomer.
-		c.setRole(api.Role_ROLE_JOINING, supersededReason)
+		c.transition(api.Role_ROLE_JOINING, supersededReason, "", false)
 	case api.Role_ROLE_RETIRED:
 		c.mu.Lock()
 		leaving := c.successorLeaving
@@ -710,21 +701,21 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			return c.takeBackIfOrphaned(ctx)
 		}
 		// Claim like a newcomer: the leaving owner yields to any taker.
-		c.setRole(api.Role_ROLE_JOINING, "the successor is leaving: claiming back")
+		c.transition(api.Role_ROLE_JOINING, "the successor is leaving: claiming back", "", false)
 	}
 
 	if id, err := c.cfg.Dir.ownerID(); err == nil && id == c.ownSocket {
 		// The name leads here, to an instance that does not own: it gave
 		// ownership back with nobody to take it (its ready failed with no
 		// previous owner). Nobody else owns.
-		return c.becomeOwner(nil, 0, "owner name leads to this instance", time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "owner name leads to this instance", OutcomeFirstOwner, time.Now(), deadline)
 	}
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.becomeOwner(nil, 0, "no owner on the node", time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "no owner on the node", OutcomeFirstOwner, time.Now(), deadline)
 	}
 	if err != nil {
-		c.demote(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), true)
+		c.transition(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), "", true)
 		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %w", err)
 	}
 	defer owner.Close()
@@ -736,20 +727,9 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 // owner (promoted meanwhile) or a retired one keeps its role.
 func (c *Coordinator) giveUpClaim(reason string) {
 	if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
-		c.demote(api.Role_ROLE_STANDBY, reason, true)
+		c.transition(api.Role_ROLE_STANDBY, reason, "", true)
 		c.retryClaimLater()
 	}
-}
-
-// setRole changes the role, waiting for the event in progress to end.
-func (c *Coordinator) setRole(role api.Role, reason string) {
-	if !c.holdEvents(c.ctx) {
-		return // closing
-	}
-	c.mu.Lock()
-	c.setLocked(role, reason)
-	c.mu.Unlock()
-	c.releaseEvents()
 }
 
 // retryClaimLater asks for a new claim after a pause when a claim found the
@@ -797,18 +777,18 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		// now. Either way it is not acting: the runtime runs no event while
 		// we synchronize. Take over; should it wake up, its next event finds
 		// the owner name changed and it retires (Enter).
-		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start, deadline)
+		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), OutcomeForced, start, deadline)
 	}
 	if resp.Accepted {
 		grant.from, grant.epoch = resp.Owner.GetId(), resp.Epoch
 		c.failpoint(StepYieldAnswered)
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
-			resp.Owner.GetId(), resp.Owner.GetVersion()), start, deadline)
+			resp.Owner.GetId(), resp.Owner.GetVersion()), OutcomeTookOver, start, deadline)
 	}
 	if resp.Owner.GetId() == c.self.Id {
 		// The owner name still leads to an instance whose successor is us:
 		// publishing was interrupted. We own the plugin already.
-		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", start, deadline)
+		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", OutcomeFirstOwner, start, deadline)
 	}
 	if redirect && resp.Owner != nil && resp.Owner.GetId() != "" {
 		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
@@ -817,20 +797,21 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 			return c.askToYield(ctx, next, false, w, grant)
 		}
 		if errors.Is(err, ErrNoInstance) {
-			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start, deadline)
+			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", OutcomeFirstOwner, start, deadline)
 		}
 	}
-	c.demote(api.Role_ROLE_STANDBY, resp.Reason, true)
+	c.transition(api.Role_ROLE_STANDBY, resp.Reason, "", true)
 	return api.Role_ROLE_STANDBY, nil
 }
 
 // becomeOwner makes this instance the owner and publishes its socket under
 // the owner name. from is the previous owner (nil if none); epoch is the
-// epoch granted by it, or 0 to take the next epoch on record. A claim
+// epoch granted by it, or 0 to take the next epoch on record; o is the
+// outcome the change comes to (see transitionLocked). A claim
 // passes its deadline: past it, nothing is published and the instance
 // becomes standby (its yielded owner takes ownership back). Call with the
 // claim lock, except for a take-back from an overdue taker (watchSuccessor).
-func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, start, deadline time.Time) (api.Role, error) {
+func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, o Outcome, start, deadline time.Time) (api.Role, error) {
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 		return c.currentRole(), fmt.Errorf("claim: publishing: %w", errClaimDeadline)
@@ -855,7 +836,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 			c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 			return c.currentRole(), fmt.Errorf("claim: %w", err)
 		}
-		c.demote(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), true)
+		c.transition(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), "", true)
 		return api.Role_ROLE_STANDBY, err
 	}
 	c.failpoint(StepPublished)
@@ -882,7 +863,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(time.Since(start)),
 		}
 	}
-	c.setLocked(api.Role_ROLE_OWNER, reason)
+	c.transitionLocked(api.Role_ROLE_OWNER, reason, o)
 	c.heirFrom = from.GetId()
 	taken := c.takeCutLocked(from != nil)
 	c.recordCutLocked(taken)
@@ -921,7 +902,7 @@ func (c *Coordinator) ensurePublished(ctx context.Context) error {
 		return nil
 	}
 	if st.Role == api.Role_ROLE_OWNER {
-		c.demote(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), false)
+		c.transition(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), "", false)
 		return nil
 	}
 	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
@@ -933,7 +914,7 @@ func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) 
 	if c.ownerAlive(ctx) {
 		return api.Role_ROLE_RETIRED, nil
 	}
-	return c.becomeOwner(nil, 0, "successor gone; took ownership back", time.Now(), time.Time{})
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back", OutcomeTookBack, time.Now(), time.Time{})
 }
 
 // ownerAlive reports whether another instance answers on the owner name as
@@ -974,24 +955,6 @@ func (c *Coordinator) currentRole() api.Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.role
-}
-
-// demote sets a role that does not act. With watch, a standby starts
-// watching the owner so it can claim again when the owner leaves or dies.
-func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
-	if !c.holdEvents(c.ctx) {
-		return // closing
-	}
-	c.mu.Lock()
-	wasStandby := c.role == api.Role_ROLE_STANDBY
-	c.setLocked(role, reason)
-	closed := c.stage == stageClosed
-	c.mu.Unlock()
-	c.releaseEvents()
-	if watch && role == api.Role_ROLE_STANDBY && !wasStandby && !closed {
-		c.wg.Add(1)
-		go c.watchOwner()
-	}
 }
 
 // yield handles a Yield request: see service.Yield. It returns nil when
@@ -1071,7 +1034,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		FromId: c.self.Id, FromVersion: c.self.Version, ToId: taker.Id, ToVersion: taker.Version,
 		AtUnixNano: time.Now().UnixNano(), Epoch: c.epoch,
 	}
-	c.setLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version))
+	c.transitionLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version), OutcomeYielded)
 	if c.stage != stageClosed {
 		c.pending = true
 		c.wg.Add(1)
@@ -1302,7 +1265,7 @@ func (c *Coordinator) takeBack(why string, overdue bool) {
 // ownOutsideFence makes this instance owner outside a Synchronize (a
 // promotion or a take-back), reports the outcome and tells the harness.
 func (c *Coordinator) ownOutsideFence(reason string, o Outcome, start time.Time) error {
-	if _, err := c.becomeOwner(nil, 0, reason, start, time.Time{}); err != nil {
+	if _, err := c.becomeOwner(nil, 0, reason, o, start, time.Time{}); err != nil {
 		return err
 	}
 	c.report(o, start)
@@ -1431,7 +1394,7 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 		c.advanceLocked(stageLeft)
 	}
 	if c.role != api.Role_ROLE_RETIRED {
-		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
+		c.transitionLocked(api.Role_ROLE_RETIRED, "stopped", "")
 	}
 	c.mu.Unlock()
 	if held {
