@@ -36,7 +36,10 @@ const (
 	overdueLockWait = 5 * time.Millisecond
 )
 
-// Config configures a Coordinator.
+// Config configures a Coordinator. Its callbacks (OnResync, OnPromoted,
+// OnOutcome, OnInDoubt, OnGap) are called with the coordinator's mutex
+// released, so they may call Status; those called during a yield or an
+// event run inside its event section (see Coordinator). None may block.
 type Config struct {
 	// Dir is the plugin's handover directory.
 	Dir *Dir
@@ -980,15 +983,29 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		defer c.releaseEvents()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	wait = time.Until(deadline) // the locks may have taken a while
+	resp, o := c.yieldLocked(ctx, taker, held, deadline)
+	c.mu.Unlock()
+	// Told with mu released (a callback may ask for Status), events still
+	// held: the answer is not sent yet.
+	if o != "" {
+		c.report(o, time.Now())
+	}
+	if o == OutcomeYielded {
+		c.failpoint(StepYieldDecided)
+	}
+	return resp
+}
 
-	refuse := func(reason string) *api.YieldResponse {
-		c.report(OutcomeDeclined, time.Now())
+// yieldLocked decides a Yield request (see yield) and returns the answer,
+// nil for none, and the outcome to report. Call with mu held, and events
+// if held.
+func (c *Coordinator) yieldLocked(ctx context.Context, taker *api.Instance, held bool, deadline time.Time) (*api.YieldResponse, Outcome) {
+	wait := time.Until(deadline) // the locks may have taken a while
+	refuse := func(reason string) (*api.YieldResponse, Outcome) {
 		c.log.WithFields(logrus.Fields{"taker": taker.GetId(), "taker_version": taker.GetVersion()}).
 			Info("refused to yield: " + reason)
 		// Owner is set only to redirect the taker to this one's successor.
-		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}
+		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}, OutcomeDeclined
 	}
 	switch {
 	case !held && ctx.Err() != nil:
@@ -996,7 +1013,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		// as from a hung owner (a refusal that reaches the taker just
 		// before its own deadline would keep it from taking over).
 		c.log.WithField("taker", taker.GetId()).Info("yield: an event handler did not return while the taker waited; not answering")
-		return nil
+		return nil, ""
 	case !held:
 		// An event handler of this instance has not returned by the
 		// taker's deadline: answering now would not be atomic with it.
@@ -1040,9 +1057,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		c.wg.Add(1)
 		go c.watchSuccessor(taker, c.epoch, time.Now().Add(wait+takeBackGrace))
 	}
-	c.report(OutcomeYielded, time.Now())
-	c.failpoint(StepYieldDecided)
-	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}
+	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}, OutcomeYielded
 }
 
 // watch handles a Watch request: it returns when this instance's epoch

@@ -1,11 +1,14 @@
 package protocol
 
 import (
+	"context"
 	"io"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -105,5 +108,82 @@ func TestTransitionChecksTheTable(t *testing.T) {
 				t.Errorf("%s -> %s: role %s, outcome %q after the change", roleName(from), roleName(to), roleName(c.role), c.outcome)
 			}
 		}
+	}
+}
+
+// newCheckedInstance starts a coordinator whose callbacks check that they
+// run with its mu released (they ask for its Status, which takes mu) and
+// count their calls.
+func newCheckedInstance(t *testing.T, root, id string, order int64, calls *atomic.Int64) *Coordinator {
+	t.Helper()
+	dir, err := OpenDir(root, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var self atomic.Pointer[Coordinator]
+	check := func(what string) {
+		calls.Add(1)
+		done := make(chan struct{})
+		go func() {
+			self.Load().Status()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s: %s called with mu held (Status blocked for 2 s)", id, what)
+		}
+	}
+	c, err := New(Config{
+		Dir:        dir,
+		Self:       &api.Instance{Plugin: "demo", Id: id, Version: "1.0.0", StartedUnixNano: startClock + order},
+		OnOutcome:  func(o Outcome, _ time.Duration) { check("OnOutcome(" + string(o) + ")") },
+		OnPromoted: func(uint64) { check("OnPromoted") },
+		OnResync:   func(string) { check("OnResync") },
+		OnInDoubt:  func() { check("OnInDoubt") },
+		OnGap:      func(time.Duration) { check("OnGap") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self.Store(c)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// TestCallbacksRunWithoutMu: the callbacks of a claim, a yield, a refusal
+// and a take-back are called with the coordinator's mu released.
+func TestCallbacksRunWithoutMu(t *testing.T) {
+	root := testRoot(t)
+	var calls atomic.Int64
+	a := newCheckedInstance(t, root, "a", 1, &calls)
+	b := newCheckedInstance(t, root, "b", 3, &calls)
+	old := newCheckedInstance(t, root, "old", 0, &calls)
+	if r, err := a.Claim(context.Background()); r != api.Role_ROLE_OWNER {
+		t.Fatalf("a: %v, %v", r, err) // first-owner
+	}
+	if r, err := b.Claim(context.Background()); r != api.Role_ROLE_OWNER {
+		t.Fatalf("b: %v, %v", r, err) // a: yielded, b: took-over
+	}
+	if r, _ := old.Claim(context.Background()); r != api.Role_ROLE_STANDBY {
+		t.Fatalf("old: %v", r) // b: declined, old: refused
+	}
+	b.Close() // a takes back or old is promoted (promoted, OnPromoted)
+	limit := time.NewTimer(10 * time.Second)
+	defer limit.Stop()
+	for {
+		aCh, oldCh := a.Changed(), old.Changed()
+		if a.currentRole() == api.Role_ROLE_OWNER || old.currentRole() == api.Role_ROLE_OWNER {
+			break
+		}
+		select {
+		case <-aCh:
+		case <-oldCh:
+		case <-limit.C:
+			t.Fatalf("nobody owns 10 s after the owner closed: a %v, old %v", a.Status(), old.Status())
+		}
+	}
+	if n := calls.Load(); n < 6 {
+		t.Fatalf("%d callback calls, want at least 6", n)
 	}
 }
