@@ -74,6 +74,9 @@ type Config struct {
 	// AtLeastOnce: an event in doubt is acted on again by the connection
 	// that took over (by default it is not: at most once).
 	AtLeastOnce bool
+	// Clock is the time source of every deadline of the coordinator (see
+	// Clock); nil means the real time. Tests inject a fake one.
+	Clock Clock
 	// Failpoint, if set, is called at each step of the protocol (see Step).
 	// Fault tests use it to stop or kill an instance at an exact step; it is
 	// nil in production.
@@ -120,7 +123,7 @@ const (
 
 func (c *Coordinator) report(o Outcome, since time.Time) {
 	if c.cfg.OnOutcome != nil {
-		c.cfg.OnOutcome(o, time.Since(since))
+		c.cfg.OnOutcome(o, c.clock().Now().Sub(since))
 	}
 }
 
@@ -210,6 +213,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	c := &Coordinator{
 		cfg:       cfg,
@@ -318,7 +324,7 @@ func (c *Coordinator) retireSupersededLocked() {
 		// Who holds the name now? Nobody reachable: watchSuccessor finds no
 		// such instance and takes back at once.
 		holder, epoch := &api.Instance{}, uint64(0)
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+		ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout)
 		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
 			if st, err := cl.Status(ctx, &api.StatusRequest{}); err == nil && st.GetInstance().GetId() != "" {
 				holder, epoch = st.GetInstance(), st.GetEpoch()
@@ -471,7 +477,7 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.Cl
 // deadline passed before publishing: model finding F7). A failed newcomer
 // therefore changes nothing.
 func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context) error) (api.Role, error) {
-	start := time.Now()
+	start := c.clock().Now()
 	before := c.currentRole()
 	c.mu.Lock()
 	c.claimCutTag = 0
@@ -486,7 +492,7 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	// A superseded owner (the name leads elsewhere) retires at its next
 	// event: its author does not synchronize (model finding F5).
 	if role == api.Role_ROLE_OWNER && ready != nil && !c.superseded() {
-		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
+		if rerr := runBy(c.clock(), ctx, w.settleBy, ready); rerr != nil {
 			c.mu.Lock()
 			prev, tag := c.claimCut, c.claimCutTag
 			c.mu.Unlock()
@@ -562,9 +568,9 @@ type claimGrant struct {
 // runBy runs ready with a context that ends at by, and returns its error,
 // or an error saying it did not return in time. A ready that overruns is
 // left running; its result is ignored.
-func runBy(parent context.Context, by time.Time, ready func(context.Context) error) error {
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(parent, by)
+func runBy(clock Clock, parent context.Context, by time.Time, ready func(context.Context) error) error {
+	start := clock.Now()
+	ctx, cancel := clock.WithDeadline(parent, by)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- ready(ctx) }()
@@ -590,8 +596,8 @@ func runBy(parent context.Context, by time.Time, ready func(context.Context) err
 // findings F7 and F10).
 func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
 	const poll = time.Millisecond
-	for time.Now().Before(by) && c.ctx.Err() == nil {
-		ctx, cancel := context.WithDeadline(c.ctx, by)
+	for c.clock().Now().Before(by) && c.ctx.Err() == nil {
+		ctx, cancel := c.clock().WithDeadline(c.ctx, by)
 		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
 			st, err := cl.Status(ctx, &api.StatusRequest{})
 			cl.Close()
@@ -601,7 +607,7 @@ func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
 			}
 		}
 		cancel()
-		time.Sleep(poll)
+		time.Sleep(poll) // a poll's pause, not a deadline: real time
 	}
 	c.log.WithField("predecessor", from).Warn("gave ownership back, but no other instance owned the plugin in time")
 }
@@ -649,8 +655,9 @@ func claimOutcome(before, after api.Role, last Outcome, err error) Outcome {
 // yields no sign of owning shortly after it (watchSuccessor).
 func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimGrant) (api.Role, error) {
 	deadline := w.publishBy
-	budget := time.Until(deadline)
-	lctx, cancel := context.WithDeadline(parent, time.Now().Add(budget/4))
+	clock := c.clock()
+	budget := deadline.Sub(clock.Now())
+	lctx, cancel := clock.WithDeadline(parent, clock.Now().Add(budget/4))
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
@@ -662,13 +669,13 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 
 	// Asking must be over before the last quarter, which is for publishing.
 	askBy := deadline.Add(-budget / 4)
-	if !time.Now().Before(askBy) {
+	if !clock.Now().Before(askBy) {
 		// Delayed after taking the lock (frozen, starved): the runtime may
 		// have given up on this Synchronize already.
 		c.giveUpClaim(fmt.Sprintf("claim: budget of %v spent before asking the owner", budget.Round(time.Millisecond)))
 		return c.currentRole(), fmt.Errorf("claim: asking the owner: %w", errClaimDeadline)
 	}
-	ctx, cancel := context.WithDeadline(parent, askBy)
+	ctx, cancel := clock.WithDeadline(parent, askBy)
 	defer cancel()
 	switch c.currentRole() {
 	case api.Role_ROLE_OWNER:
@@ -711,11 +718,11 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 		// The name leads here, to an instance that does not own: it gave
 		// ownership back with nobody to take it (its ready failed with no
 		// previous owner). Nobody else owns.
-		return c.becomeOwner(nil, 0, "owner name leads to this instance", OutcomeFirstOwner, time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "owner name leads to this instance", OutcomeFirstOwner, clock.Now(), deadline)
 	}
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.becomeOwner(nil, 0, "no owner on the node", OutcomeFirstOwner, time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "no owner on the node", OutcomeFirstOwner, clock.Now(), deadline)
 	}
 	if err != nil {
 		c.transition(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), "", true)
@@ -745,11 +752,11 @@ func (c *Coordinator) retryClaimLater() {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTimer(time.Second)
+		t := c.clock().NewTimer(time.Second)
 		defer t.Stop()
 		select {
 		case <-c.ctx.Done():
-		case <-t.C:
+		case <-t.C():
 			if c.currentRole() == api.Role_ROLE_STANDBY {
 				c.cfg.OnResync("claim lock was busy; trying again")
 			}
@@ -761,7 +768,7 @@ func (c *Coordinator) retryClaimLater() {
 // that still holds the owner name answers with its successor, which is
 // asked once in its turn. Call with the claim lock.
 func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool, w claimWindow, grant *claimGrant) (api.Role, error) {
-	start := time.Now()
+	start := c.clock().Now()
 	deadline := w.publishBy
 	resp, err := owner.Yield(ctx, &api.YieldRequest{
 		Taker: c.self,
@@ -815,7 +822,7 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 // becomes standby (its yielded owner takes ownership back). Call with the
 // claim lock, except for a take-back from an overdue taker (watchSuccessor).
 func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, o Outcome, start, deadline time.Time) (api.Role, error) {
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
+	if !deadline.IsZero() && !c.clock().Now().Before(deadline) {
 		c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 		return c.currentRole(), fmt.Errorf("claim: publishing: %w", errClaimDeadline)
 	}
@@ -834,7 +841,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	// Publish first: an owner acts only while the owner name leads to it
 	// (see Enter), and the previous owner no longer acts (it yielded, is
 	// gone, or will find the name changed at its next event).
-	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), deadline); err != nil {
+	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), deadline, c.clock().Now); err != nil {
 		if errors.Is(err, errClaimDeadline) {
 			c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 			return c.currentRole(), fmt.Errorf("claim: %w", err)
@@ -863,7 +870,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	if from != nil {
 		c.lastHandover = &api.HandoverRecord{
 			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
-			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(time.Since(start)),
+			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(c.clock().Now().Sub(start)),
 		}
 	}
 	c.transitionLocked(api.Role_ROLE_OWNER, reason, o)
@@ -891,7 +898,7 @@ func (c *Coordinator) recordCutLocked(t cutTaken) {
 func (c *Coordinator) ensurePublished(ctx context.Context) error {
 	cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
+		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{}, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("check owner name: %w", err)
@@ -908,7 +915,7 @@ func (c *Coordinator) ensurePublished(ctx context.Context) error {
 		c.transition(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), "", false)
 		return nil
 	}
-	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
+	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{}, nil)
 }
 
 // takeBackIfOrphaned makes a retired instance owner again when nobody owns
@@ -917,7 +924,7 @@ func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) 
 	if c.ownerAlive(ctx) {
 		return api.Role_ROLE_RETIRED, nil
 	}
-	return c.becomeOwner(nil, 0, "successor gone; took ownership back", OutcomeTookBack, time.Now(), time.Time{})
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back", OutcomeTookBack, c.clock().Now(), time.Time{})
 }
 
 // ownerAlive reports whether another instance answers on the owner name as
@@ -954,6 +961,9 @@ func (c *Coordinator) ownerAlive(ctx context.Context) bool {
 	return false
 }
 
+// clock is the time source of the coordinator's deadlines (Config.Clock).
+func (c *Coordinator) clock() Clock { return c.cfg.Clock }
+
 func (c *Coordinator) currentRole() api.Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -970,13 +980,13 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 	// The taker's claim deadline, on this process's monotonic clock.
 	wait := c.cfg.ClaimTimeout
 	if d := req.GetClaimDeadlineUnixNano(); d != 0 {
-		wait = time.Until(time.Unix(0, d))
+		wait = time.Unix(0, d).Sub(c.clock().Now())
 	}
-	deadline := time.Now().Add(min(wait, maxClaimWait))
+	deadline := c.clock().Now().Add(min(wait, maxClaimWait))
 	// Wait for the event in progress for as long as the taker waits for the
 	// answer: a taker that gets none takes over by force (its claim is
 	// fenced), which is right for an owner stuck in an event.
-	lockCtx, cancel := context.WithTimeout(ctx, maxClaimWait)
+	lockCtx, cancel := withTimeout(c.clock(), ctx, maxClaimWait)
 	held := c.holdEvents(lockCtx)
 	cancel()
 	if held {
@@ -988,7 +998,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 	// Told with mu released (a callback may ask for Status), events still
 	// held: the answer is not sent yet.
 	if o != "" {
-		c.report(o, time.Now())
+		c.report(o, c.clock().Now())
 	}
 	if o == OutcomeYielded {
 		c.failpoint(StepYieldDecided)
@@ -1000,7 +1010,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 // nil for none, and the outcome to report. Call with mu held, and events
 // if held.
 func (c *Coordinator) yieldLocked(ctx context.Context, taker *api.Instance, held bool, deadline time.Time) (*api.YieldResponse, Outcome) {
-	wait := time.Until(deadline) // the locks may have taken a while
+	wait := deadline.Sub(c.clock().Now()) // the locks may have taken a while
 	refuse := func(reason string) (*api.YieldResponse, Outcome) {
 		c.log.WithFields(logrus.Fields{"taker": taker.GetId(), "taker_version": taker.GetVersion()}).
 			Info("refused to yield: " + reason)
@@ -1049,13 +1059,13 @@ func (c *Coordinator) yieldLocked(ctx context.Context, taker *api.Instance, held
 	c.successor = taker
 	c.lastHandover = &api.HandoverRecord{
 		FromId: c.self.Id, FromVersion: c.self.Version, ToId: taker.Id, ToVersion: taker.Version,
-		AtUnixNano: time.Now().UnixNano(), Epoch: c.epoch,
+		AtUnixNano: c.clock().Now().UnixNano(), Epoch: c.epoch,
 	}
 	c.transitionLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version), OutcomeYielded)
 	if c.stage != stageClosed {
 		c.pending = true
 		c.wg.Add(1)
-		go c.watchSuccessor(taker, c.epoch, time.Now().Add(wait+takeBackGrace))
+		go c.watchSuccessor(taker, c.epoch, c.clock().Now().Add(wait+takeBackGrace))
 	}
 	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}, OutcomeYielded
 }
@@ -1214,7 +1224,7 @@ const (
 // awaitClaim waits until the taker the plugin was yielded to at epoch has
 // finished its claim, or until takeBackAt.
 func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt time.Time) (claimResult, string) {
-	ctx, cancel := context.WithDeadline(c.ctx, takeBackAt)
+	ctx, cancel := c.clock().WithDeadline(c.ctx, takeBackAt)
 	defer cancel()
 	cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(taker.GetId()))
 	if err == nil {
@@ -1247,15 +1257,15 @@ func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt t
 // just before, whichever of the two published last owns the plugin and the
 // other one retires at its next event (Enter), as after a forced takeover.
 func (c *Coordinator) takeBack(why string, overdue bool) {
-	start := time.Now()
+	start := c.clock().Now()
 	lockWait := c.cfg.ClaimTimeout / 4
 	if overdue {
 		lockWait = overdueLockWait // the hung taker most likely holds it
 	}
-	lctx, lcancel := context.WithTimeout(c.ctx, lockWait)
+	lctx, lcancel := withTimeout(c.clock(), c.ctx, lockWait)
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	lcancel()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout/4)
 	defer cancel()
 	switch {
 	case err == nil:
@@ -1334,7 +1344,7 @@ const (
 // no live instance owns the plugin. The previous owner is gone, so it cannot
 // act any more: taking over between two of its events is safe.
 func (c *Coordinator) promoteIfOrphaned(why string) promotion {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout)
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(ctx)
 	if err != nil {
@@ -1350,7 +1360,7 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 	case c.ownerAlive(ctx):
 		return ownedElsewhere
 	}
-	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, time.Now()); err != nil {
+	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, c.clock().Now()); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return undecided
 	}

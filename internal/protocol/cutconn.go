@@ -172,8 +172,8 @@ func (c *Coordinator) followTakeover() {
 // instance published last owns the name; the other retires at its next
 // event).
 func (c *Coordinator) ownAfterOverrun() {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	start := c.clock().Now()
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout/4)
 	unlock, err := c.cfg.Dir.Lock(ctx)
 	cancel()
 	if err == nil {
