@@ -148,3 +148,8 @@ func (c *Coordinator) transition(to api.Role, why string, o Outcome, watch bool)
 		go c.watchOwner()
 	}
 }
+
+// IllegalChanges returns how many stage and role changes broke the rules
+// of this file in this process (each was logged at error level): tests of
+// other packages fail on a non-zero count (internal/testutil.Main).
+func IllegalChanges() uint64 { return illegalChanges.Load() }
