@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +36,10 @@ const (
 	overdueLockWait = 5 * time.Millisecond
 )
 
-// Config configures a Coordinator.
+// Config configures a Coordinator. Its callbacks (OnResync, OnPromoted,
+// OnOutcome, OnInDoubt, OnGap) are called with the coordinator's mutex
+// released, so they may call Status; those called during a yield or an
+// event run inside its event section (see Coordinator). None may block.
 type Config struct {
 	// Dir is the plugin's handover directory.
 	Dir *Dir
@@ -72,6 +74,9 @@ type Config struct {
 	// AtLeastOnce: an event in doubt is acted on again by the connection
 	// that took over (by default it is not: at most once).
 	AtLeastOnce bool
+	// Clock is the time source of every deadline of the coordinator (see
+	// Clock); nil means the real time. Tests inject a fake one.
+	Clock Clock
 	// Failpoint, if set, is called at each step of the protocol (see Step).
 	// Fault tests use it to stop or kill an instance at an exact step; it is
 	// nil in production.
@@ -118,7 +123,7 @@ const (
 
 func (c *Coordinator) report(o Outcome, since time.Time) {
 	if c.cfg.OnOutcome != nil {
-		c.cfg.OnOutcome(o, time.Since(since))
+		c.cfg.OnOutcome(o, c.clock().Now().Sub(since))
 	}
 }
 
@@ -142,12 +147,11 @@ type Coordinator struct {
 	mu           sync.Mutex
 	role         api.Role
 	reason       string
+	outcome      Outcome // what the last role change came to ("": nothing to report)
 	epoch        uint64
-	leaving      bool
-	left         bool // Leave has finished: never owner again
-	closed       bool
-	claiming     bool // a Claim is in progress (peers waiting to settle see it)
-	pending      bool // yielded; the successor's claim not yet settled
+	stage        stage // active -> leaving -> left -> closed (stages.go)
+	claiming     bool  // a Claim is in progress (peers waiting to settle see it)
+	pending      bool  // yielded; the successor's claim not yet settled
 	successor    *api.Instance
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
@@ -209,6 +213,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	c := &Coordinator{
 		cfg:       cfg,
@@ -308,8 +315,8 @@ func (c *Coordinator) Enter() api.Role {
 // by force, and watches that instance as it would a successor it yielded
 // to, so it can take back if that one dies. Call with events and mu held.
 func (c *Coordinator) retireSupersededLocked() {
-	c.setLocked(api.Role_ROLE_RETIRED, supersededReason)
-	if c.closed {
+	c.transitionLocked(api.Role_ROLE_RETIRED, supersededReason, "")
+	if c.stage == stageClosed {
 		return
 	}
 	c.wg.Add(1)
@@ -317,7 +324,7 @@ func (c *Coordinator) retireSupersededLocked() {
 		// Who holds the name now? Nobody reachable: watchSuccessor finds no
 		// such instance and takes back at once.
 		holder, epoch := &api.Instance{}, uint64(0)
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+		ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout)
 		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
 			if st, err := cl.Status(ctx, &api.StatusRequest{}); err == nil && st.GetInstance().GetId() != "" {
 				holder, epoch = st.GetInstance(), st.GetEpoch()
@@ -391,7 +398,7 @@ func (c *Coordinator) statusLocked() *api.StatusResponse {
 		Epoch:        c.epoch,
 		Reason:       c.reason,
 		LastHandover: c.lastHandover,
-		Leaving:      c.leaving,
+		Leaving:      c.leavingLocked(),
 	}
 	for _, w := range c.watchers {
 		st.Watchers = append(st.Watchers, w)
@@ -442,16 +449,6 @@ func (c *Coordinator) Changed() <-chan struct{} {
 	return c.changed
 }
 
-// setLocked changes the role; call with events and mu held.
-func (c *Coordinator) setLocked(role api.Role, reason string) {
-	if c.role != role || c.reason != reason {
-		c.log.WithFields(logrus.Fields{"role": roleName(role), "epoch": c.epoch,
-			"from": roleName(c.role)}).Infof("role change: %s", reason)
-	}
-	c.role, c.reason = role, reason
-	c.notifyLocked()
-}
-
 // notifyLocked wakes everyone waiting on Changed; call with mu held.
 func (c *Coordinator) notifyLocked() {
 	close(c.changed)
@@ -480,7 +477,7 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.Cl
 // deadline passed before publishing: model finding F7). A failed newcomer
 // therefore changes nothing.
 func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context) error) (api.Role, error) {
-	start := time.Now()
+	start := c.clock().Now()
 	before := c.currentRole()
 	c.mu.Lock()
 	c.claimCutTag = 0
@@ -489,11 +486,13 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	c.setClaiming(true)
 	var grant claimGrant
 	role, err := c.claim(ctx, w, &grant)
-	outcome := claimOutcome(before, role, c.Status().Reason, err)
+	c.mu.Lock()
+	outcome := claimOutcome(before, role, c.outcome, err)
+	c.mu.Unlock()
 	// A superseded owner (the name leads elsewhere) retires at its next
 	// event: its author does not synchronize (model finding F5).
 	if role == api.Role_ROLE_OWNER && ready != nil && !c.superseded() {
-		if rerr := runBy(ctx, w.settleBy, ready); rerr != nil {
+		if rerr := runBy(c.clock(), ctx, w.settleBy, ready); rerr != nil {
 			c.mu.Lock()
 			prev, tag := c.claimCut, c.claimCutTag
 			c.mu.Unlock()
@@ -501,7 +500,7 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 			outcome = OutcomeNotReady
 			err = fmt.Errorf("%w: %w", ErrNotReady, rerr)
 			if before != api.Role_ROLE_OWNER {
-				c.demote(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), true)
+				c.transition(api.Role_ROLE_STANDBY, "not ready: "+rerr.Error(), OutcomeNotReady, true)
 				role = api.Role_ROLE_STANDBY
 			}
 			// An owner that reconnected keeps its role: nobody else would
@@ -569,9 +568,9 @@ type claimGrant struct {
 // runBy runs ready with a context that ends at by, and returns its error,
 // or an error saying it did not return in time. A ready that overruns is
 // left running; its result is ignored.
-func runBy(parent context.Context, by time.Time, ready func(context.Context) error) error {
-	start := time.Now()
-	ctx, cancel := context.WithDeadline(parent, by)
+func runBy(clock Clock, parent context.Context, by time.Time, ready func(context.Context) error) error {
+	start := clock.Now()
+	ctx, cancel := clock.WithDeadline(parent, by)
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- ready(ctx) }()
@@ -597,8 +596,8 @@ func runBy(parent context.Context, by time.Time, ready func(context.Context) err
 // findings F7 and F10).
 func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
 	const poll = time.Millisecond
-	for time.Now().Before(by) && c.ctx.Err() == nil {
-		ctx, cancel := context.WithDeadline(c.ctx, by)
+	for c.clock().Now().Before(by) && c.ctx.Err() == nil {
+		ctx, cancel := c.clock().WithDeadline(c.ctx, by)
 		if cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket()); err == nil {
 			st, err := cl.Status(ctx, &api.StatusRequest{})
 			cl.Close()
@@ -608,7 +607,7 @@ func (c *Coordinator) awaitTakeBack(from string, by time.Time) {
 			}
 		}
 		cancel()
-		time.Sleep(poll)
+		time.Sleep(poll) // a poll's pause, not a deadline: real time
 	}
 	c.log.WithField("predecessor", from).Warn("gave ownership back, but no other instance owned the plugin in time")
 }
@@ -626,17 +625,16 @@ func (c *Coordinator) setClaiming(on bool) {
 // that bounds the whole claim.
 var errClaimDeadline = errors.New("claim deadline passed")
 
-// claimOutcome classifies a finished claim for Config.OnOutcome.
-func claimOutcome(before, after api.Role, reason string, err error) Outcome {
+// claimOutcome classifies a finished claim for Config.OnOutcome; last is
+// the outcome the last role change recorded (transitionLocked).
+func claimOutcome(before, after api.Role, last Outcome, err error) Outcome {
 	switch {
 	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_OWNER:
 		return OutcomeKept
 	case after == api.Role_ROLE_OWNER && before == api.Role_ROLE_RETIRED:
 		return OutcomeTookBack
-	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "owner unresponsive"):
-		return OutcomeForced
-	case after == api.Role_ROLE_OWNER && strings.HasPrefix(reason, "took over"):
-		return OutcomeTookOver
+	case after == api.Role_ROLE_OWNER && (last == OutcomeForced || last == OutcomeTookOver):
+		return last
 	case after == api.Role_ROLE_OWNER:
 		return OutcomeFirstOwner
 	case err != nil:
@@ -657,8 +655,9 @@ func claimOutcome(before, after api.Role, reason string, err error) Outcome {
 // yields no sign of owning shortly after it (watchSuccessor).
 func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimGrant) (api.Role, error) {
 	deadline := w.publishBy
-	budget := time.Until(deadline)
-	lctx, cancel := context.WithDeadline(parent, time.Now().Add(budget/4))
+	clock := c.clock()
+	budget := deadline.Sub(clock.Now())
+	lctx, cancel := clock.WithDeadline(parent, clock.Now().Add(budget/4))
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	if err != nil {
@@ -670,13 +669,13 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 
 	// Asking must be over before the last quarter, which is for publishing.
 	askBy := deadline.Add(-budget / 4)
-	if !time.Now().Before(askBy) {
+	if !clock.Now().Before(askBy) {
 		// Delayed after taking the lock (frozen, starved): the runtime may
 		// have given up on this Synchronize already.
 		c.giveUpClaim(fmt.Sprintf("claim: budget of %v spent before asking the owner", budget.Round(time.Millisecond)))
 		return c.currentRole(), fmt.Errorf("claim: asking the owner: %w", errClaimDeadline)
 	}
-	ctx, cancel := context.WithDeadline(parent, askBy)
+	ctx, cancel := clock.WithDeadline(parent, askBy)
 	defer cancel()
 	switch c.currentRole() {
 	case api.Role_ROLE_OWNER:
@@ -702,7 +701,7 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 		// Another instance published itself while this one was away (it
 		// took over from us by force, or took ownership back from a claim
 		// of ours that overran): claim like any newcomer.
-		c.setRole(api.Role_ROLE_JOINING, supersededReason)
+		c.transition(api.Role_ROLE_JOINING, supersededReason, "", false)
 	case api.Role_ROLE_RETIRED:
 		c.mu.Lock()
 		leaving := c.successorLeaving
@@ -712,21 +711,21 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			return c.takeBackIfOrphaned(ctx)
 		}
 		// Claim like a newcomer: the leaving owner yields to any taker.
-		c.setRole(api.Role_ROLE_JOINING, "the successor is leaving: claiming back")
+		c.transition(api.Role_ROLE_JOINING, "the successor is leaving: claiming back", "", false)
 	}
 
 	if id, err := c.cfg.Dir.ownerID(); err == nil && id == c.ownSocket {
 		// The name leads here, to an instance that does not own: it gave
 		// ownership back with nobody to take it (its ready failed with no
 		// previous owner). Nobody else owns.
-		return c.becomeOwner(nil, 0, "owner name leads to this instance", time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "owner name leads to this instance", OutcomeFirstOwner, clock.Now(), deadline)
 	}
 	owner, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.becomeOwner(nil, 0, "no owner on the node", time.Now(), deadline)
+		return c.becomeOwner(nil, 0, "no owner on the node", OutcomeFirstOwner, clock.Now(), deadline)
 	}
 	if err != nil {
-		c.demote(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), true)
+		c.transition(api.Role_ROLE_STANDBY, "owner unreachable: "+err.Error(), "", true)
 		return api.Role_ROLE_STANDBY, fmt.Errorf("claim: %w", err)
 	}
 	defer owner.Close()
@@ -738,20 +737,9 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 // owner (promoted meanwhile) or a retired one keeps its role.
 func (c *Coordinator) giveUpClaim(reason string) {
 	if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
-		c.demote(api.Role_ROLE_STANDBY, reason, true)
+		c.transition(api.Role_ROLE_STANDBY, reason, "", true)
 		c.retryClaimLater()
 	}
-}
-
-// setRole changes the role, waiting for the event in progress to end.
-func (c *Coordinator) setRole(role api.Role, reason string) {
-	if !c.holdEvents(c.ctx) {
-		return // closing
-	}
-	c.mu.Lock()
-	c.setLocked(role, reason)
-	c.mu.Unlock()
-	c.releaseEvents()
 }
 
 // retryClaimLater asks for a new claim after a pause when a claim found the
@@ -764,11 +752,11 @@ func (c *Coordinator) retryClaimLater() {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTimer(time.Second)
+		t := c.clock().NewTimer(time.Second)
 		defer t.Stop()
 		select {
 		case <-c.ctx.Done():
-		case <-t.C:
+		case <-t.C():
 			if c.currentRole() == api.Role_ROLE_STANDBY {
 				c.cfg.OnResync("claim lock was busy; trying again")
 			}
@@ -780,7 +768,7 @@ func (c *Coordinator) retryClaimLater() {
 // that still holds the owner name answers with its successor, which is
 // asked once in its turn. Call with the claim lock.
 func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bool, w claimWindow, grant *claimGrant) (api.Role, error) {
-	start := time.Now()
+	start := c.clock().Now()
 	deadline := w.publishBy
 	resp, err := owner.Yield(ctx, &api.YieldRequest{
 		Taker: c.self,
@@ -799,18 +787,18 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 		// now. Either way it is not acting: the runtime runs no event while
 		// we synchronize. Take over; should it wake up, its next event finds
 		// the owner name changed and it retires (Enter).
-		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), start, deadline)
+		return c.becomeOwner(nil, 0, fmt.Sprintf("owner unresponsive (%v); took over", err), OutcomeForced, start, deadline)
 	}
 	if resp.Accepted {
 		grant.from, grant.epoch = resp.Owner.GetId(), resp.Epoch
 		c.failpoint(StepYieldAnswered)
 		return c.becomeOwner(resp.Owner, resp.Epoch, fmt.Sprintf("took over from %s (%s)",
-			resp.Owner.GetId(), resp.Owner.GetVersion()), start, deadline)
+			resp.Owner.GetId(), resp.Owner.GetVersion()), OutcomeTookOver, start, deadline)
 	}
 	if resp.Owner.GetId() == c.self.Id {
 		// The owner name still leads to an instance whose successor is us:
 		// publishing was interrupted. We own the plugin already.
-		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", start, deadline)
+		return c.becomeOwner(nil, resp.Epoch, "owner name repaired", OutcomeFirstOwner, start, deadline)
 	}
 	if redirect && resp.Owner != nil && resp.Owner.GetId() != "" {
 		next, err := Dial(ctx, c.cfg.Dir.InstanceSocket(resp.Owner.Id))
@@ -819,21 +807,22 @@ func (c *Coordinator) askToYield(ctx context.Context, owner *Client, redirect bo
 			return c.askToYield(ctx, next, false, w, grant)
 		}
 		if errors.Is(err, ErrNoInstance) {
-			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", start, deadline)
+			return c.becomeOwner(nil, resp.Epoch, "owner's successor is gone", OutcomeFirstOwner, start, deadline)
 		}
 	}
-	c.demote(api.Role_ROLE_STANDBY, resp.Reason, true)
+	c.transition(api.Role_ROLE_STANDBY, resp.Reason, "", true)
 	return api.Role_ROLE_STANDBY, nil
 }
 
 // becomeOwner makes this instance the owner and publishes its socket under
 // the owner name. from is the previous owner (nil if none); epoch is the
-// epoch granted by it, or 0 to take the next epoch on record. A claim
+// epoch granted by it, or 0 to take the next epoch on record; o is the
+// outcome the change comes to (see transitionLocked). A claim
 // passes its deadline: past it, nothing is published and the instance
 // becomes standby (its yielded owner takes ownership back). Call with the
 // claim lock, except for a take-back from an overdue taker (watchSuccessor).
-func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, start, deadline time.Time) (api.Role, error) {
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
+func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason string, o Outcome, start, deadline time.Time) (api.Role, error) {
+	if !deadline.IsZero() && !c.clock().Now().Before(deadline) {
 		c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 		return c.currentRole(), fmt.Errorf("claim: publishing: %w", errClaimDeadline)
 	}
@@ -852,12 +841,12 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	// Publish first: an owner acts only while the owner name leads to it
 	// (see Enter), and the previous owner no longer acts (it yielded, is
 	// gone, or will find the name changed at its next event).
-	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), deadline); err != nil {
+	if err := c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), deadline, c.clock().Now); err != nil {
 		if errors.Is(err, errClaimDeadline) {
 			c.giveUpClaim(fmt.Sprintf("claim: deadline passed before publishing (%s)", reason))
 			return c.currentRole(), fmt.Errorf("claim: %w", err)
 		}
-		c.demote(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), true)
+		c.transition(api.Role_ROLE_STANDBY, "cannot publish the owner name: "+err.Error(), "", true)
 		return api.Role_ROLE_STANDBY, err
 	}
 	c.failpoint(StepPublished)
@@ -868,8 +857,8 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 		return c.currentRole(), errors.New("handover: instance is closing; not taking ownership")
 	}
 	c.mu.Lock()
-	if c.left {
-		// Leave finished while publishing: the name leads to an instance
+	if c.goneLocked() {
+		// Leave finished (or Close ran) while publishing: the name leads to an instance
 		// that will not act; its watchers claim once it is gone.
 		c.mu.Unlock()
 		c.releaseEvents()
@@ -881,10 +870,10 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	if from != nil {
 		c.lastHandover = &api.HandoverRecord{
 			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
-			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(time.Since(start)),
+			AtUnixNano: start.UnixNano(), Epoch: epoch, DurationNano: int64(c.clock().Now().Sub(start)),
 		}
 	}
-	c.setLocked(api.Role_ROLE_OWNER, reason)
+	c.transitionLocked(api.Role_ROLE_OWNER, reason, o)
 	c.heirFrom = from.GetId()
 	taken := c.takeCutLocked(from != nil)
 	c.recordCutLocked(taken)
@@ -909,7 +898,7 @@ func (c *Coordinator) recordCutLocked(t cutTaken) {
 func (c *Coordinator) ensurePublished(ctx context.Context) error {
 	cl, err := Dial(ctx, c.cfg.Dir.OwnerSocket())
 	if errors.Is(err, ErrNoInstance) {
-		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
+		return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{}, nil)
 	}
 	if err != nil {
 		return fmt.Errorf("check owner name: %w", err)
@@ -923,10 +912,10 @@ func (c *Coordinator) ensurePublished(ctx context.Context) error {
 		return nil
 	}
 	if st.Role == api.Role_ROLE_OWNER {
-		c.demote(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), false)
+		c.transition(api.Role_ROLE_RETIRED, "superseded by "+st.Instance.GetId(), "", false)
 		return nil
 	}
-	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{})
+	return c.cfg.Dir.publishOwner(c.cfg.Dir.InstanceSocket(c.self.Id), time.Time{}, nil)
 }
 
 // takeBackIfOrphaned makes a retired instance owner again when nobody owns
@@ -935,7 +924,7 @@ func (c *Coordinator) takeBackIfOrphaned(ctx context.Context) (api.Role, error) 
 	if c.ownerAlive(ctx) {
 		return api.Role_ROLE_RETIRED, nil
 	}
-	return c.becomeOwner(nil, 0, "successor gone; took ownership back", time.Now(), time.Time{})
+	return c.becomeOwner(nil, 0, "successor gone; took ownership back", OutcomeTookBack, c.clock().Now(), time.Time{})
 }
 
 // ownerAlive reports whether another instance answers on the owner name as
@@ -972,28 +961,13 @@ func (c *Coordinator) ownerAlive(ctx context.Context) bool {
 	return false
 }
 
+// clock is the time source of the coordinator's deadlines (Config.Clock).
+func (c *Coordinator) clock() Clock { return c.cfg.Clock }
+
 func (c *Coordinator) currentRole() api.Role {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.role
-}
-
-// demote sets a role that does not act. With watch, a standby starts
-// watching the owner so it can claim again when the owner leaves or dies.
-func (c *Coordinator) demote(role api.Role, reason string, watch bool) {
-	if !c.holdEvents(c.ctx) {
-		return // closing
-	}
-	c.mu.Lock()
-	wasStandby := c.role == api.Role_ROLE_STANDBY
-	c.setLocked(role, reason)
-	closed := c.closed
-	c.mu.Unlock()
-	c.releaseEvents()
-	if watch && role == api.Role_ROLE_STANDBY && !wasStandby && !closed {
-		c.wg.Add(1)
-		go c.watchOwner()
-	}
 }
 
 // yield handles a Yield request: see service.Yield. It returns nil when
@@ -1006,28 +980,42 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 	// The taker's claim deadline, on this process's monotonic clock.
 	wait := c.cfg.ClaimTimeout
 	if d := req.GetClaimDeadlineUnixNano(); d != 0 {
-		wait = time.Until(time.Unix(0, d))
+		wait = time.Unix(0, d).Sub(c.clock().Now())
 	}
-	deadline := time.Now().Add(min(wait, maxClaimWait))
+	deadline := c.clock().Now().Add(min(wait, maxClaimWait))
 	// Wait for the event in progress for as long as the taker waits for the
 	// answer: a taker that gets none takes over by force (its claim is
 	// fenced), which is right for an owner stuck in an event.
-	lockCtx, cancel := context.WithTimeout(ctx, maxClaimWait)
+	lockCtx, cancel := withTimeout(c.clock(), ctx, maxClaimWait)
 	held := c.holdEvents(lockCtx)
 	cancel()
 	if held {
 		defer c.releaseEvents()
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	wait = time.Until(deadline) // the locks may have taken a while
+	resp, o := c.yieldLocked(ctx, taker, held, deadline)
+	c.mu.Unlock()
+	// Told with mu released (a callback may ask for Status), events still
+	// held: the answer is not sent yet.
+	if o != "" {
+		c.report(o, c.clock().Now())
+	}
+	if o == OutcomeYielded {
+		c.failpoint(StepYieldDecided)
+	}
+	return resp
+}
 
-	refuse := func(reason string) *api.YieldResponse {
-		c.report(OutcomeDeclined, time.Now())
+// yieldLocked decides a Yield request (see yield) and returns the answer,
+// nil for none, and the outcome to report. Call with mu held, and events
+// if held.
+func (c *Coordinator) yieldLocked(ctx context.Context, taker *api.Instance, held bool, deadline time.Time) (*api.YieldResponse, Outcome) {
+	wait := deadline.Sub(c.clock().Now()) // the locks may have taken a while
+	refuse := func(reason string) (*api.YieldResponse, Outcome) {
 		c.log.WithFields(logrus.Fields{"taker": taker.GetId(), "taker_version": taker.GetVersion()}).
 			Info("refused to yield: " + reason)
 		// Owner is set only to redirect the taker to this one's successor.
-		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}
+		return &api.YieldResponse{Reason: reason, Epoch: c.epoch, Owner: c.successor}, OutcomeDeclined
 	}
 	switch {
 	case !held && ctx.Err() != nil:
@@ -1035,7 +1023,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		// as from a hung owner (a refusal that reaches the taker just
 		// before its own deadline would keep it from taking over).
 		c.log.WithField("taker", taker.GetId()).Info("yield: an event handler did not return while the taker waited; not answering")
-		return nil
+		return nil, ""
 	case !held:
 		// An event handler of this instance has not returned by the
 		// taker's deadline: answering now would not be atomic with it.
@@ -1062,7 +1050,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		// closed): its Synchronize is over, yielding now would be unfenced.
 		return refuse(fmt.Sprintf("the taker's request ended (%v)", ctx.Err()))
 	}
-	if !c.leaving {
+	if !c.leavingLocked() {
 		if ok, reason := c.cfg.Policy.Allow(PublicInstance(c.self), PublicInstance(taker)); !ok {
 			return refuse(reason)
 		}
@@ -1071,17 +1059,15 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 	c.successor = taker
 	c.lastHandover = &api.HandoverRecord{
 		FromId: c.self.Id, FromVersion: c.self.Version, ToId: taker.Id, ToVersion: taker.Version,
-		AtUnixNano: time.Now().UnixNano(), Epoch: c.epoch,
+		AtUnixNano: c.clock().Now().UnixNano(), Epoch: c.epoch,
 	}
-	c.setLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version))
-	if !c.closed {
+	c.transitionLocked(api.Role_ROLE_RETIRED, fmt.Sprintf("yielded to %s (%s)", taker.Id, taker.Version), OutcomeYielded)
+	if c.stage != stageClosed {
 		c.pending = true
 		c.wg.Add(1)
-		go c.watchSuccessor(taker, c.epoch, time.Now().Add(wait+takeBackGrace))
+		go c.watchSuccessor(taker, c.epoch, c.clock().Now().Add(wait+takeBackGrace))
 	}
-	c.report(OutcomeYielded, time.Now())
-	c.failpoint(StepYieldDecided)
-	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}
+	return &api.YieldResponse{Accepted: true, Epoch: c.epoch, Owner: c.self}, OutcomeYielded
 }
 
 // watch handles a Watch request: it returns when this instance's epoch
@@ -1107,9 +1093,9 @@ func (c *Coordinator) watch(ctx context.Context, req *api.WatchRequest) (*api.Wa
 		// the end of its claim) is waited on, not reported: its state is
 		// about to change.
 		settled := c.role != api.Role_ROLE_JOINING && !c.claiming
-		changed := c.epoch != req.Epoch || c.leaving || c.role != api.Role_ROLE_OWNER || req.GetUntilSettled()
-		if settled && changed || c.closed {
-			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leaving || c.closed,
+		changed := c.epoch != req.Epoch || c.leavingLocked() || c.role != api.Role_ROLE_OWNER || req.GetUntilSettled()
+		if settled && changed || c.stage == stageClosed {
+			resp := &api.WatchResponse{Role: c.role, Epoch: c.epoch, Leaving: c.leavingLocked(),
 				Reason: c.reason, Claiming: c.claiming}
 			c.mu.Unlock()
 			return resp, nil
@@ -1238,7 +1224,7 @@ const (
 // awaitClaim waits until the taker the plugin was yielded to at epoch has
 // finished its claim, or until takeBackAt.
 func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt time.Time) (claimResult, string) {
-	ctx, cancel := context.WithDeadline(c.ctx, takeBackAt)
+	ctx, cancel := c.clock().WithDeadline(c.ctx, takeBackAt)
 	defer cancel()
 	cl, err := Dial(ctx, c.cfg.Dir.InstanceSocket(taker.GetId()))
 	if err == nil {
@@ -1271,15 +1257,15 @@ func (c *Coordinator) awaitClaim(taker *api.Instance, epoch uint64, takeBackAt t
 // just before, whichever of the two published last owns the plugin and the
 // other one retires at its next event (Enter), as after a forced takeover.
 func (c *Coordinator) takeBack(why string, overdue bool) {
-	start := time.Now()
+	start := c.clock().Now()
 	lockWait := c.cfg.ClaimTimeout / 4
 	if overdue {
 		lockWait = overdueLockWait // the hung taker most likely holds it
 	}
-	lctx, lcancel := context.WithTimeout(c.ctx, lockWait)
+	lctx, lcancel := withTimeout(c.clock(), c.ctx, lockWait)
 	unlock, err := c.cfg.Dir.Lock(lctx)
 	lcancel()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout/4)
 	defer cancel()
 	switch {
 	case err == nil:
@@ -1304,7 +1290,7 @@ func (c *Coordinator) takeBack(why string, overdue bool) {
 // ownOutsideFence makes this instance owner outside a Synchronize (a
 // promotion or a take-back), reports the outcome and tells the harness.
 func (c *Coordinator) ownOutsideFence(reason string, o Outcome, start time.Time) error {
-	if _, err := c.becomeOwner(nil, 0, reason, start, time.Time{}); err != nil {
+	if _, err := c.becomeOwner(nil, 0, reason, o, start, time.Time{}); err != nil {
 		return err
 	}
 	c.report(o, start)
@@ -1358,7 +1344,7 @@ const (
 // no live instance owns the plugin. The previous owner is gone, so it cannot
 // act any more: taking over between two of its events is safe.
 func (c *Coordinator) promoteIfOrphaned(why string) promotion {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout)
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout)
 	defer cancel()
 	unlock, err := c.cfg.Dir.Lock(ctx)
 	if err != nil {
@@ -1374,7 +1360,7 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 	case c.ownerAlive(ctx):
 		return ownedElsewhere
 	}
-	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, time.Now()); err != nil {
+	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, c.clock().Now()); err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return undecided
 	}
@@ -1385,13 +1371,13 @@ func (c *Coordinator) promoteIfOrphaned(why string) promotion {
 func (c *Coordinator) hasLeft() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.left || c.closed
+	return c.goneLocked()
 }
 
 func (c *Coordinator) isClosed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closed
+	return c.stage == stageClosed
 }
 
 // Leave is called when the instance is asked to stop. An owner tells its
@@ -1406,9 +1392,8 @@ func (c *Coordinator) isClosed() bool {
 func (c *Coordinator) Leave(ctx context.Context) bool {
 	c.mu.Lock()
 	owner := c.role == api.Role_ROLE_OWNER
-	if owner {
-		c.leaving = true
-		c.notifyLocked()
+	if owner && c.stage < stageLeaving { // Close may have run already
+		c.advanceLocked(stageLeaving)
 		c.log.WithField("standbys", len(c.watchers)).Info("leaving: acting until a successor takes over")
 	}
 	c.mu.Unlock()
@@ -1430,10 +1415,11 @@ func (c *Coordinator) Leave(ctx context.Context) bool {
 	}
 	c.mu.Lock()
 	handed := c.role != api.Role_ROLE_OWNER
-	c.leaving = true
-	c.left = true
+	if c.stage < stageLeft { // Close may have run already
+		c.advanceLocked(stageLeft)
+	}
 	if c.role != api.Role_ROLE_RETIRED {
-		c.setLocked(api.Role_ROLE_RETIRED, "stopped")
+		c.transitionLocked(api.Role_ROLE_RETIRED, "stopped", "")
 	}
 	c.mu.Unlock()
 	if held {
@@ -1469,12 +1455,11 @@ func (c *Coordinator) awaitSuccessor(ctx context.Context) {
 // are never touched, so a successor that serves them is not disturbed.
 func (c *Coordinator) Close() {
 	c.mu.Lock()
-	if c.closed {
+	if c.stage == stageClosed {
 		c.mu.Unlock()
 		return
 	}
-	c.closed = true
-	c.notifyLocked()
+	c.advanceLocked(stageClosed)
 	c.mu.Unlock()
 	c.cancel()
 	if c.server != nil {

@@ -36,6 +36,12 @@ type testInstance struct {
 // higher order is a newer instance.
 func newInstance(t *testing.T, root, id, ver string, order int64, policy Policy) *testInstance {
 	t.Helper()
+	return newInstanceOn(t, root, id, ver, order, policy, nil)
+}
+
+// newInstanceOn is newInstance with the deadlines on clock (nil: real time).
+func newInstanceOn(t *testing.T, root, id, ver string, order int64, policy Policy, clock Clock) *testInstance {
+	t.Helper()
 	dir, err := OpenDir(root, "demo")
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +51,7 @@ func newInstance(t *testing.T, root, id, ver string, order int64, policy Policy)
 		Dir:      dir,
 		Self:     &api.Instance{Plugin: "demo", Id: id, Version: ver, StartedUnixNano: startClock + order},
 		Policy:   policy,
+		Clock:    clock,
 		OnResync: func(r string) { ti.resync <- r },
 		OnPromoted: func(e uint64) {
 			ti.promoted <- e

@@ -90,7 +90,7 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
-	me := caller{mayTakeOver: tag == c.mainTag && !c.left && !c.closed, atLeastOnce: c.cfg.AtLeastOnce,
+	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
 		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	before, _, _ := c.cfg.Dir.readCut()
@@ -191,8 +191,8 @@ func (c *Coordinator) followTakeover() {
 // instance published last owns the name; the other retires at its next
 // event).
 func (c *Coordinator) ownAfterOverrun() {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ClaimTimeout/4)
+	start := c.clock().Now()
+	ctx, cancel := withTimeout(c.clock(), c.ctx, c.cfg.ClaimTimeout/4)
 	unlock, err := c.cfg.Dir.Lock(ctx)
 	cancel()
 	if err == nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/nri-handover/nri-handover/internal/protocol/api"
 )
 
-// newHangingInstance starts a coordinator that blocks at step until release
-// is closed, as a process frozen there would; hung is closed when it gets
-// there (the first time only).
-func newHangingInstance(t *testing.T, root, id string, order int64, step Step) (c *Coordinator, hung, release chan struct{}) {
+// newHangingInstance starts a coordinator, with its deadlines on clock,
+// that blocks at step until release is closed, as a process frozen there
+// would; hung is closed when it gets there (the first time only).
+func newHangingInstance(t *testing.T, root, id string, order int64, step Step, clock Clock) (c *Coordinator, hung, release chan struct{}) {
 	t.Helper()
 	dir, err := OpenDir(root, "demo")
 	if err != nil {
@@ -23,8 +23,9 @@ func newHangingInstance(t *testing.T, root, id string, order int64, step Step) (
 	hung, release = make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c, err = New(Config{
-		Dir:  dir,
-		Self: &api.Instance{Plugin: "demo", Id: id, Version: "2.0.0", StartedUnixNano: startClock + order},
+		Dir:   dir,
+		Self:  &api.Instance{Plugin: "demo", Id: id, Version: "2.0.0", StartedUnixNano: startClock + order},
+		Clock: clock,
 		Failpoint: func(s Step) {
 			if s == step {
 				once.Do(func() { close(hung); <-release })
@@ -52,10 +53,10 @@ type claimReturn struct {
 }
 
 // claimAsIfSynchronizing runs c's claim as the harness does inside a
-// Synchronize request with 400 ms left (a 200 ms claim budget), and returns
-// the outcome when the claim ends.
-func claimAsIfSynchronizing(t *testing.T, c *Coordinator) <-chan claimReturn {
-	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+// Synchronize request with 400 ms left on clock (a 200 ms claim budget),
+// and returns the outcome when the claim ends.
+func claimAsIfSynchronizing(t *testing.T, c *Coordinator, clock Clock) <-chan claimReturn {
+	ctx, cancel := withTimeout(clock, context.Background(), 400*time.Millisecond)
 	t.Cleanup(cancel)
 	done := make(chan claimReturn, 1)
 	go func() {
@@ -65,27 +66,40 @@ func claimAsIfSynchronizing(t *testing.T, c *Coordinator) <-chan claimReturn {
 	return done
 }
 
-// newOwner starts instance a in a new directory and makes it the owner.
-func newOwner(t *testing.T) (root string, a *testInstance) {
+// newOwner starts instance a, with its deadlines on clock (nil: real
+// time), in a new directory and makes it the owner.
+func newOwner(t *testing.T, clock Clock) (root string, a *testInstance) {
 	t.Helper()
 	root = testRoot(t)
-	a = newInstance(t, root, "a", "1.0.0", 1, nil)
+	a = newInstanceOn(t, root, "a", "1.0.0", 1, nil, clock)
 	if r := claim(t, a); r != api.Role_ROLE_OWNER {
 		t.Fatalf("a: %v", r)
 	}
 	return root, a
 }
 
-// hungTakeover starts owner a and newcomer b, runs b's claim as inside a
-// Synchronize, and returns once that claim hangs at step.
+// hungTakeover starts owner a and newcomer b on one fake clock, runs b's
+// claim as inside a Synchronize, and returns once that claim hangs at step
+// (the clock has not moved).
 func hungTakeover(t *testing.T, step Step) (root string, a *testInstance, b *Coordinator,
-	release chan struct{}, done <-chan claimReturn) {
+	release chan struct{}, done <-chan claimReturn, clock *fakeClock) {
 	t.Helper()
-	root, a = newOwner(t)
-	b, hung, release := newHangingInstance(t, root, "b", 2, step)
-	done = claimAsIfSynchronizing(t, b)
+	clock = newFakeClock()
+	root, a = newOwner(t, clock)
+	b, hung, release := newHangingInstance(t, root, "b", 2, step, clock)
+	done = claimAsIfSynchronizing(t, b, clock)
 	<-hung
-	return root, a, b, release, done
+	return root, a, b, release, done, clock
+}
+
+// overdue moves clock past the take-back deadline of the yielded owner of
+// hungTakeover (b's 200 ms claim budget, plus takeBackGrace), then past the
+// owner's bounded wait for the claim lock, which the hung taker holds.
+func overdue(t *testing.T, clock *fakeClock) {
+	t.Helper()
+	clock.Advance(200*time.Millisecond + takeBackGrace)
+	clock.awaitTimer(t, overdueLockWait)
+	clock.Advance(overdueLockWait)
 }
 
 // acting reports which of the coordinators would act on an event now.
@@ -104,7 +118,7 @@ func acting(cs ...*Coordinator) []string {
 // deadline has passed — the runtime may have given up on the Synchronize the
 // claim runs in — and changes nothing.
 func TestYieldAfterClaimDeadlineRefused(t *testing.T) {
-	_, a := newOwner(t)
+	_, a := newOwner(t, nil)
 	before := a.Status()
 	cl, err := Dial(context.Background(), a.cfg.Dir.InstanceSocket("a"))
 	if err != nil {
@@ -132,10 +146,11 @@ func TestYieldAfterClaimDeadlineRefused(t *testing.T) {
 // newcomer's claim deadline, without the lock. Woken up, the newcomer
 // publishes nothing, ends standby, and only the old owner acts.
 func TestHungTakerIsTakenBackFrom(t *testing.T) {
-	root, a, b, release, done := hungTakeover(t, StepYieldAnswered)
+	root, a, b, release, done, clock := hungTakeover(t, StepYieldAnswered)
 	if st := a.Status(); st.Role != api.Role_ROLE_RETIRED {
 		t.Fatalf("a yielded, is %v", st.Role)
 	}
+	overdue(t, clock)
 	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER) // taken back while b still hangs
 	if r := a.Status().Reason; !strings.Contains(r, "did not finish its claim") {
 		t.Errorf("a owns again for %q", r)
@@ -163,10 +178,11 @@ func TestHungTakerIsTakenBackFrom(t *testing.T) {
 // name leads to the old owner again: its first event retires it, so only
 // one instance ever acts.
 func TestLateTakerPublishIsFenced(t *testing.T) {
-	root, a, b, release, done := hungTakeover(t, StepPublished)
+	root, a, b, release, done, clock := hungTakeover(t, StepPublished)
 	if id := ownerID(t, root); id != "b" {
 		t.Fatalf("owner name leads to %q at b's published step", id)
 	}
+	overdue(t, clock)
 	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER)
 	if id := ownerID(t, root); id != "a" {
 		t.Fatalf("owner name leads to %q after a took back", id)
@@ -186,8 +202,9 @@ func TestLateTakerPublishIsFenced(t *testing.T) {
 // ownership back rather than leave the node with no owner, and Leave
 // reports that it did not hand over.
 func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
-	root, a := newOwner(t)
-	b, hung, _ := newHangingInstance(t, root, "b", 0, StepYieldAnswered) // older: standby under the policy
+	clock := newFakeClock()
+	root, a := newOwner(t, clock)
+	b, hung, _ := newHangingInstance(t, root, "b", 0, StepYieldAnswered, clock) // older: standby under the policy
 	b.cfg.OnResync = func(string) {}
 	if r, _ := b.Claim(context.Background()); r != api.Role_ROLE_STANDBY {
 		t.Fatalf("b: %v", r)
@@ -199,8 +216,9 @@ func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
 	go func() { left <- a.Leave(leaveCtx) }()
 	waitFor(t, a.Coordinator, "leaving", func(st *api.StatusResponse) bool { return st.Leaving })
 
-	claimAsIfSynchronizing(t, b) // the standby's claim in its new Synchronize
+	claimAsIfSynchronizing(t, b, clock) // the standby's claim in its new Synchronize
 	<-hung
+	overdue(t, clock)
 	waitRole(t, a.Coordinator, api.Role_ROLE_OWNER) // taken back, Leave still waiting
 	select {
 	case handed := <-left:
@@ -218,7 +236,7 @@ func TestLeaveWaitsForPendingSuccessor(t *testing.T) {
 // publish by another instance at its next event, whether or not it had
 // verified the name before; a closed directory never makes it act wrongly.
 func TestOwnerFenceFollowsTheGeneration(t *testing.T) {
-	root, a := newOwner(t)
+	root, a := newOwner(t, nil)
 	gen, ok := a.cfg.Dir.ownerGeneration()
 	if !ok || gen == 0 {
 		t.Fatalf("generation after the first publish: %d, %v", gen, ok)
@@ -233,7 +251,7 @@ func TestOwnerFenceFollowsTheGeneration(t *testing.T) {
 	// Another instance publishes itself (as a forced takeover does) through
 	// its own Dir handle: a's next event sees it.
 	b := newInstance(t, root, "b", "2.0.0", 2, nil)
-	if err := b.cfg.Dir.publishOwner(b.cfg.Dir.InstanceSocket("b"), time.Time{}); err != nil {
+	if err := b.cfg.Dir.publishOwner(b.cfg.Dir.InstanceSocket("b"), time.Time{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if g, _ := a.cfg.Dir.ownerGeneration(); g != gen+1 {
@@ -271,7 +289,7 @@ func TestClosedDirGeneration(t *testing.T) {
 // claim deadline has not passed: the taker's Synchronize is over, and a
 // yield now would move ownership outside the fence (model finding F9).
 func TestYieldForAbandonedRequestRefused(t *testing.T) {
-	_, a := newOwner(t)
+	_, a := newOwner(t, nil)
 	before := a.Status()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // as ttrpc does when the taker's connection closes

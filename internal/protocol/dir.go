@@ -275,9 +275,10 @@ var publishSeq atomic.Uint64
 // The name is swapped atomically (link to a temporary name, then rename), so
 // a client dialing the owner socket always finds one of the two owners and
 // the previous owner's own socket file is left untouched. A non-zero
-// deadline is checked right before the swap: past it, nothing changes and
-// the error wraps errClaimDeadline. Call with the lock.
-func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
+// deadline is checked right before the swap, against now (the
+// coordinator's clock; nil with a zero deadline): past it, nothing changes
+// and the error wraps errClaimDeadline. Call with the lock.
+func (d *Dir) publishOwner(instanceSocket string, deadline time.Time, now func() time.Time) error {
 	// A name of this call's own: instances in one process (tests, the demo)
 	// may publish at the same time.
 	tmp := fmt.Sprintf("%s.tmp-%d-%d", d.OwnerSocket(), os.Getpid(), publishSeq.Add(1))
@@ -285,7 +286,7 @@ func (d *Dir) publishOwner(instanceSocket string, deadline time.Time) error {
 	if err := os.Link(instanceSocket, tmp); err != nil {
 		return fmt.Errorf("publish owner socket: %w", err)
 	}
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
+	if !deadline.IsZero() && !now().Before(deadline) {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("publish owner socket: %w", errClaimDeadline)
 	}

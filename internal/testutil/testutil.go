@@ -9,6 +9,7 @@ package testutil
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -19,19 +20,27 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/nri-handover/nri-handover/handover"
+	"github.com/nri-handover/nri-handover/internal/protocol"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 )
 
 // Main is a TestMain that silences logrus's standard logger (the NRI
 // library and the harness log through it) unless the tests run with -v,
-// then runs the tests and exits with their result.
+// then runs the tests and exits with their result; it fails them if a
+// coordinator made a role or stage change outside the rules of
+// internal/protocol/stages.go (logged at error level where it happened).
 func Main(m *testing.M) {
 	flag.Parse()
 	if !testing.Verbose() {
 		logrus.SetOutput(io.Discard)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if n := protocol.IllegalChanges(); n != 0 {
+		fmt.Fprintf(os.Stderr, "FAIL: %d illegal role or stage changes of a coordinator (run with -v for the error logs)\n", n)
+		code = max(code, 1)
+	}
+	os.Exit(code)
 }
 
 // StartRuntime starts an in-process runtime (internal/sim) with opts, stopped
