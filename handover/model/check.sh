@@ -232,9 +232,10 @@ cut_correct=(
 	"cut-overrun-alo|-DNEV=3 $rx -DALO -DFAIL1 -DSTANDBY -DABANDON -DDROP -DFAULT_NO_GAP||22|rules 3 and 4 with at-least-once: an event in doubt is acted on at least once"
 	"cut-dropped|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|rule 4: the runtime drops the owner between events (frozen, killed)"
 	"cut-released|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE||22|rule 5: the old owner leaves and releases the register (heir appended or none), the heir's idle and gone paths"
-	"cut-released-standby|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE||20|rule 5: the owner releases with no successor; the standby takes over"
+	"cut-released-standby|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|rule 5: the owner releases with no successor; the standby takes over"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
+# (-O1: the searches of the small runs take less than compiling them)
 cut_broken=(
 	"cut-x1-as-designed|-DNEV=3 -DCLOSE||20|acts[e]<=1|cut.md as written: the idle rule reads the events counter, then CASes the word; a same-key event in between leaves the word as it was (ABA): duplicate"
 	"cut-x2-claim-keeps-seen|-DNEV=3 -DFIX_QUIET_BIT -DFIX_FAIL_RESTORES -DN2 -DNO_IDLE -DCLOSE||20|acts[e]==1|a claim that keeps heirSeen: the old heir's seen bit vouches for a newcomer not in the chain (it fails): miss"
@@ -244,16 +245,16 @@ cut_broken=(
 	"cut-x6-idle-seen0|-DNEV=3 $fx -DIDLE_OS0||20|acts[e]==1|an idle promotion that leaves ownerSeen 0: the next same-key event: miss"
 	"cut-x7-no-t2|-DNEV=3 $fx -DNO_T2||20|acts[e]<=1|Q may pass between two calls of one event (timing T2 broken): duplicate"
 	# rules 3-5: each rule left out must be caught
-	"cut-x8-no-rule3|-DNEV=4 $rx -DNO_RULE3 -DNO_N1 -DSTANDBY -DABANDON -DNO_LATE -DCHECK_PROMPT||20|decl[j]&2|rule 3 left out: a handler that never returns is found only by rule 4, events later"
-	"cut-x9-no-rule4|-DNEV=4 $rx -DNO_RULE4 -DNO_N1 -DSTANDBY -DDROP||20|acts[j]>=1|rule 4 left out: an owner dropped between events: every later event missed"
-	"cut-x10-no-rule5|-DNEV=4 $rx -DNO_RULE5 -DNO_N1 -DSTANDBY -DRELEASE||20|acts[j]>=1|rule 5 left out: a released register: every later event missed"
+	"cut-x8-no-rule3|-DNEV=4 $rx -DNO_RULE3 -DNO_N1 -DSTANDBY -DABANDON -DNO_LATE -DCHECK_PROMPT|-O1|20|decl[j]&2|rule 3 left out: a handler that never returns is found only by rule 4, events later"
+	"cut-x9-no-rule4|-DNEV=4 $rx -DNO_RULE4 -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|rule 4 left out: an owner dropped between events: every later event missed"
+	"cut-x10-no-rule5|-DNEV=4 $rx -DNO_RULE5 -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[j]>=1|rule 5 left out: a released register: every later event missed"
 	# findings C5-C10 (docs/model.md): the code without a fix, or an assumption dropped
-	"cut-x11-release-mid-event|-DNEV=4 ${rx/-DFIX_R5/} -DNO_N1 -DSTANDBY -DRELEASE||20|acts[e]<=1|C5: rule 5 as before the fix: the owner acts, releases, the standby called next for the same event acts again: duplicate"
-	"cut-x12-mask-window|-DNEV=3 ${rx/-DFIX_MASK/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|acts[j]>=1|C8: the owner mask as before the fix: an heir that promotes itself and freezes before it stores its mask disables rule 4"
-	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP||22|acts[j]>=1|C7: the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
-	"cut-x14-shared-key|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|acts[j]>=1|C6: after the owner silently dropped, an event with its last key: the heir skips it (rule 1), S cannot tell: missed, not declared"
-	"cut-x15-gone-unseen|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE||22|acts[j]>=1|C9: the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
-	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP||20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
+	"cut-x11-release-mid-event|-DNEV=4 ${rx/-DFIX_R5/} -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[e]<=1|C5: rule 5 as before the fix: the owner acts, releases, the standby called next for the same event acts again: duplicate"
+	"cut-x12-mask-window|-DNEV=3 ${rx/-DFIX_MASK/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C8: the owner mask as before the fix: an heir that promotes itself and freezes before it stores its mask disables rule 4"
+	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|acts[j]>=1|C7: the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
+	"cut-x14-shared-key|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C6: after the owner silently dropped, an event with its last key: the heir skips it (rule 1), S cannot tell: missed, not declared"
+	"cut-x15-gone-unseen|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE|-O1|22|acts[j]>=1|C9: the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
+	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
 )
 
 # check.sh cut: the per-event cut's runs only
