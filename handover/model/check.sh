@@ -211,14 +211,31 @@ broken=(
 # needs (FIX_*); the cut-x* runs are its findings: each must still report the
 # violation of the assertion containing the given text.
 fx="-DFIX_QUIET_BIT -DFIX_CLAIM_CLEARS_SEEN -DFIX_FAIL_RESTORES"
+rx="$fx -DRULES -DWINDOW -DNOREPEAT -DFIX_MASK -DFIX_R5"
 cut_correct=(
 	"cut-two-newcomers|-DNEV=3 $fx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DCHECK_HEIR||22|3 events, newcomer 1 and 2 each succeed or fail, in any order, idle rule, retired owner closes"
 	"cut-second-fails|-DNEV=4 $fx -DN2 -DFAIL1 -DCLOSE -DCHECK_HEIR||20|4 events, a 2nd newcomer that fails, at any time: no miss, newcomer 1 stays heir or owner"
 	"cut-no-idle|-DNEV=4 $fx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DNO_IDLE||20|4 events, two newcomers, the event path alone (no idle rule)"
 	"cut-gap-6|-DNEV=6 $fx -DFAIL1 -DCLOSE||20|6 events (2 keys), one newcomer (succeeds or fails), events in the gap, idle rule"
 	"cut-keys3|-DNEV=4 -DNKEY=3 $fx -DFAIL1 -DCLOSE||20|4 events over 3 keys, one newcomer"
+	# Rules 3-5 of decide (RULES; docs/model.md "Takeovers: rules 3, 4 and 5"):
+	# a standby (S) in the chain, the faults that motivate the rules, and two
+	# events after the checked ones (probes) for a late declaration. $rx: the
+	# code's rules with the two fixes the model needs (FIX_MASK, FIX_R5), the
+	# declaration of rule 4 covering the window since the owner's last
+	# recorded event (WINDOW), and the assumptions of the must-hold runs: no
+	# event has the key of the one before it (NOREPEAT, finding C6) and no
+	# fault while the newcomer is between its Synchronize and its append
+	# (FAULT_NO_GAP, C7).
+	"cut-overrun|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DFAULT_NO_GAP||22|rule 3: the runtime gives up on the acting connection inside its handler (it finishes later or never); A, N1 (succeeds or fails), S, close"
+	"cut-overrun-killed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DNO_LATE -DCHECK_PROMPT -DFAULT_NO_GAP||22|rule 3, the handler never returns: the next connection that may take over does, at once (no event left to rule 4)"
+	"cut-overrun-alo|-DNEV=3 $rx -DALO -DFAIL1 -DSTANDBY -DABANDON -DDROP -DFAULT_NO_GAP||22|rules 3 and 4 with at-least-once: an event in doubt is acted on at least once"
+	"cut-dropped|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|rule 4: the runtime drops the owner between events (frozen, killed)"
+	"cut-released|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE||22|rule 5: the old owner leaves and releases the register (heir appended or none), the heir's idle and gone paths"
+	"cut-released-standby|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|rule 5: the owner releases with no successor; the standby takes over"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
+# (-O1: the searches of the small runs take less than compiling them)
 cut_broken=(
 	"cut-x1-as-designed|-DNEV=3 -DCLOSE||20|acts[e]<=1|cut.md as written: the idle rule reads the events counter, then CASes the word; a same-key event in between leaves the word as it was (ABA): duplicate"
 	"cut-x2-claim-keeps-seen|-DNEV=3 -DFIX_QUIET_BIT -DFIX_FAIL_RESTORES -DN2 -DNO_IDLE -DCLOSE||20|acts[e]==1|a claim that keeps heirSeen: the old heir's seen bit vouches for a newcomer not in the chain (it fails): miss"
@@ -227,6 +244,17 @@ cut_broken=(
 	"cut-x5-leave-timeout|-DNEV=3 $fx -DLEAVE_TIMEOUT||20|acts[e]==1|the old owner closes on its leave timeout while still owner: the next same-key event: miss"
 	"cut-x6-idle-seen0|-DNEV=3 $fx -DIDLE_OS0||20|acts[e]==1|an idle promotion that leaves ownerSeen 0: the next same-key event: miss"
 	"cut-x7-no-t2|-DNEV=3 $fx -DNO_T2||20|acts[e]<=1|Q may pass between two calls of one event (timing T2 broken): duplicate"
+	# rules 3-5: each rule left out must be caught
+	"cut-x8-no-rule3|-DNEV=4 $rx -DNO_RULE3 -DNO_N1 -DSTANDBY -DABANDON -DNO_LATE -DCHECK_PROMPT|-O1|20|decl[j]&2|rule 3 left out: a handler that never returns is found only by rule 4, events later"
+	"cut-x9-no-rule4|-DNEV=4 $rx -DNO_RULE4 -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|rule 4 left out: an owner dropped between events: every later event missed"
+	"cut-x10-no-rule5|-DNEV=4 $rx -DNO_RULE5 -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[j]>=1|rule 5 left out: a released register: every later event missed"
+	# findings C5-C10 (docs/model.md): the code without a fix, or an assumption dropped
+	"cut-x11-release-mid-event|-DNEV=4 ${rx/-DFIX_R5/} -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[e]<=1|C5: rule 5 as before the fix: the owner acts, releases, the standby called next for the same event acts again: duplicate"
+	"cut-x12-mask-window|-DNEV=3 ${rx/-DFIX_MASK/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C8: the owner mask as before the fix: an heir that promotes itself and freezes before it stores its mask disables rule 4"
+	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|acts[j]>=1|C7: the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
+	"cut-x14-shared-key|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C6: after the owner silently dropped, an event with its last key: the heir skips it (rule 1), S cannot tell: missed, not declared"
+	"cut-x15-gone-unseen|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE|-O1|22|acts[j]>=1|C9: the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
+	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
 )
 
 # check.sh cut: the per-event cut's runs only

@@ -64,6 +64,35 @@
  *   FIX_IDLE_REARM         the idle rule measures the quiet interval from
  *                          the counter's last change, not from the claim
  *                          (not enough: still the ABA of cut-x1)
+ * Takeovers (RULES: rules 3-5 of decide in internal/protocol/cut.go, as
+ * the code has them; docs/model.md "Takeovers: rules 3, 4 and 5"): decide
+ * is modelled exactly, as a CAS loop: one step loads the word (and, for a
+ * connection that neither owns nor inherits it, the events counter and
+ * the owner mask, which only calls write), the next counts (newEvent) and
+ * CASes, and a failed CAS (a concurrent claim, idle rule, release or late
+ * finish) has counted too and loads again. Connection 3 (STANDBY) is a
+ * live standby's connection in the chain from the start; mayTakeOver
+ * holds for it, for the old owner until it leaves (NO_MT0: never) and
+ * for a newcomer once its Synchronize returned. Faults (at most MAXF):
+ *   ABANDON  the runtime gives up on the acting connection inside its
+ *            handler and drops it; the handler finishes later (Late) or
+ *            never (NO_LATE);
+ *   DROP     the runtime drops the owner's connection between events;
+ *   RELEASE  connection 0 leaves (releaseCut, left, disconnect), GONE adds
+ *            the heir's PromoteWhenIdle "predecessor gone" takeover.
+ * Checked: every event acted on at most once (twice only with ALO, when
+ * declared in doubt); at the end (after NPROBE probe events with keys of
+ * their own, which give a late declaration its chance), every checked
+ * event acted on or declared (decl: the ghost record of what rules 3-5
+ * and the heir's release case declare, by event); with ALO every event
+ * declared in doubt is acted on; CHECK_PROMPT: no event left to rule 4.
+ * Proposed fixes and assumptions of the must-hold runs: FIX_MASK,
+ * FIX_R5 (in the code since), WINDOW (rule 4's declaration covers the
+ * events since the owner's last recorded one), NOREPEAT (no event with
+ * the key of the one before it), FAULT_NO_GAP (no fault while the
+ * newcomer is between Synchronize and append); FIX_GONE_SEEN (proposed,
+ * not in the code). Broken: NO_RULE3, NO_RULE4, NO_RULE5.
+ *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
  *                          (default: the word, then the counter, then CAS)
@@ -80,8 +109,41 @@
 #ifndef N2FAIL
 #define N2FAIL 1
 #endif
+#ifdef RULES
+#define NC 4           /* connection 3: a standby (STANDBY) */
+#else
 #define NC 3
+#endif
 #define NONE 255
+#ifndef NPROBE
+#ifdef RULES
+#define NPROBE 2
+#else
+#define NPROBE 0
+#endif
+#endif
+#ifdef NO_N1
+#define HAVE_N1 0
+#else
+#define HAVE_N1 1
+#endif
+
+#define NEVT (NEV + NPROBE)   /* the checked events, then the probes */
+#ifndef MAXF
+#define MAXF 1
+#endif
+/* a fault may be injected; FAULT_NO_GAP: only once no newcomer is between
+ * its Synchronize and its append (docs/model.md C7) */
+#ifdef FAULT_NO_GAP
+#define FAULTOK (faults < MAXF && (!HAVE_N1 || inchain[1] || failed[1]))
+#else
+#define FAULTOK (faults < MAXF)
+#endif
+#ifdef ALO
+#define ALOV 1
+#else
+#define ALOV 0
+#endif
 
 /* the register (owner.gen) */
 byte Wowner = 1;
@@ -101,7 +163,35 @@ bit closed[NC];
 bit inEvent = 0;
 byte calling = NONE;
 bit midspan = 0;       /* T2: some of the event's connections were called, others are pending */   /* the connection a request is in flight to */
-byte acts[NEV];        /* how many connections acted on event e */
+byte acts[NEVT];       /* how many connections acted on event e */
+
+bit WiD = 0;       /* inDoubt (RULES; constant 0 otherwise) */
+#ifdef RULES
+/* rules 3-5 (cut.go decide): the register's inDoubt bit, the owner mask's
+ * tag (ownerMaskCut: the connection whose events it records; every
+ * connection subscribes to every event here), each connection's sighting
+ * (valid, first, owner, events counter; ghost: the event it was taken at),
+ * mayTakeOver (the newest connection of a live instance that is not
+ * leaving), and the ghost bookkeeping of the invariant: Wev (the event
+ * whose key the word records, plus 1; 0: none), decl[e] (1: declared in
+ * doubt, 2: declared skipped), the faults injected and the declarations
+ * made. */
+byte maskTag = 1;
+byte Wev = 0;
+bit sgv[NC];
+bit sfirst[NC];
+byte sown[NC];
+byte scnt[NC];
+byte sev[NC];
+bit mt[NC];
+byte decl[NEVT];
+byte faults = 0;
+byte ndecl = 0;
+byte nrel = 0;
+bit claimed[NC];
+byte lateC = NONE;     /* ABANDON: the connection abandoned inside its handler */
+byte lateK = 0;
+#endif
 
 /* connection side */
 bit synced[NC];        /* its Synchronize returned successfully */
@@ -116,6 +206,228 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 /* promote connection X (the heir) to owner */
 #define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0
 
+#ifdef RULES
+/* The register word as one value (for the CAS's compare). */
+#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14))
+/* cutWord.overran: the acting connection is inside its handler */
+#define OVERRAN (Wowner != 0 && Wacted && !Wdone && !WiD && RULE3)
+/* broken variants: a rule left out */
+#ifdef NO_RULE3
+#define RULE3 0
+#else
+#define RULE3 1
+#endif
+#ifdef NO_RULE4
+#define RULE4 0
+#else
+#define RULE4 1
+#endif
+#ifdef NO_RULE5
+#define RULE5 0
+#else
+#define RULE5 1
+#endif
+/* Dir.skipped: the owner mask names the owner (and it subscribes to the
+ * kind: every connection subscribes to everything here); FIX_MASK: a mask
+ * of another connection counts as "subscribes" (proposed) */
+#ifdef FIX_MASK
+#define MASKOK 1
+#else
+#define MASKOK (maskTag == Wowner)
+#endif
+/* what decide does, chosen from the word it loaded */
+#define P_SKIP 0   /* neither owner nor heir, no takeover: a sighting, no write */
+#define P_R5 1     /* rule 5: released register, taken */
+#define P_R4 2     /* rule 4: the owner was skipped, taken */
+#define P_R3D 3    /* rule 3: overrun, this event in doubt */
+#define P_R3N 4    /* rule 3: overrun, the recorded event in doubt, this one new */
+#define P_C1 5     /* rule 1 */
+#define P_C2 6     /* rule 2 */
+#define P_R5D 7    /* FIX_R5_KEY: rule 5, this event in doubt */
+/* FIX_R5 (proposed): rule 5 also declares the event of its sighting if
+ * it was first for it and nobody recorded an event since (the owner
+ * released after this connection's call and before its own) */
+#define R5QUIET (sgv[c] && ev0 == scnt[c])
+#ifdef FIX_R5
+#define R5SKIPPED (R5QUIET && sfirst[c] && sown[c] != 0)
+#else
+#define R5SKIPPED 0
+#endif
+/* Dir.skipped: the owner is the one of the sighting; FIX_SKIP_ANY_OWNER
+ * (proposed): any owner (the counter alone says nobody recorded the event) */
+#ifdef FIX_SKIP_ANY_OWNER
+#define SAMEOWNER 1
+#else
+#define SAMEOWNER (Wowner == sown[c])
+#endif
+/* a new word for X alone, acting on this event (rules 3-5) */
+#define FRESH(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; Wacted = 1; Wdone = 0; WiD = 0
+
+/* rule 4's declaration: the event of the previous sighting (WINDOW: every
+ * event since the one the word records, up to it: what the takeover's
+ * catch-up covers; see docs/model.md) */
+#ifdef WINDOW
+#define DECLARE_SKIPPED(c) j = Wev; do :: j <= sev[c] -> decl[j] = decl[j] | 2; j++ :: else -> break od; j = 0
+#else
+#define DECLARE_SKIPPED(c) decl[sev[c]] = decl[sev[c]] | 2
+#endif
+
+/* One request of the runtime to connection c for event e with key k: Dir.decide
+ * (cut.go) exactly, then the handler and Dir.finish. */
+inline call(c, e, k) {
+	if
+	:: closed[c] -> calling = NONE
+	:: else ->
+		do
+		:: atomic {
+			/* the load of the word; for a connection that neither owns nor
+			 * inherits it, also the events counter and the owner mask
+			 * (only calls write them, and calls are serialized: nothing
+			 * can write them between these loads) */
+			midspan = 1;
+			snap = WORD;
+			ev0 = evcount;
+			isO = (Wowner == tag(c));
+			isH = (Wheir == tag(c));
+			if
+			:: !isO && !isH ->
+				if
+#ifdef FIX_R5
+				/* proposed: unless nobody recorded an event since this
+				 * connection's previous call (then the recorded event is
+				 * older than this one), the recorded event may be this one
+				 * (the leaver acted on it, then released, within this
+				 * event): in doubt */
+				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 && !R5QUIET && Wkey == k && Wacted -> plan = P_R5D
+				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 && (R5QUIET || !(Wkey == k && Wacted)) -> plan = P_R5
+#else
+				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 -> plan = P_R5
+#endif
+				:: else ->
+					if
+					:: mt[c] && sgv[c] && sfirst[c] && Wowner != 0 && SAMEOWNER && evcount == scnt[c] && MASKOK && RULE4 -> plan = P_R4
+					:: else ->
+						if
+						:: mt[c] && OVERRAN && Wkey == k -> plan = P_R3D
+						:: mt[c] && OVERRAN && Wkey != k -> plan = P_R3N
+						:: else -> plan = P_SKIP
+						fi
+					fi
+				fi
+			:: else ->
+				seen = (isO && WoS) || (isH && WhS);
+				if
+				:: !isO && OVERRAN && Wkey == k && !seen -> plan = P_R3D
+				:: !isO && OVERRAN && !(Wkey == k && !seen) -> plan = P_R3N
+				:: !(!isO && OVERRAN) && Wkey == k && !seen -> plan = P_C1
+				:: !(!isO && OVERRAN) && !(Wkey == k && !seen) -> plan = P_C2
+				fi
+			fi;
+			if
+			:: plan == P_SKIP ->
+				/* no write; what it saw, for its next call */
+				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e;
+				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
+				break
+			:: else
+			fi
+		   }
+		   /* the counter (newEvent), then the CAS; a failed CAS has counted too */
+		   atomic {
+			if
+			:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> evcount++
+			:: else
+			fi;
+			if
+			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
+			:: else ->
+				if
+				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
+					if
+					:: plan == P_R4 -> DECLARE_SKIPPED(c); ndecl++
+					:: plan == P_R3N -> decl[Wev - 1] = decl[Wev - 1] | 1; ndecl++
+					:: plan == P_R5 && R5SKIPPED -> DECLARE_SKIPPED(c); ndecl++
+					:: plan == P_R5 && !R5SKIPPED
+					fi;
+					FRESH(tag(c)); Wkey = k; Wev = e + 1; act = 1
+				:: plan == P_R3D || plan == P_R5D ->
+					Wowner = tag(c); Wheir = 0; WoS = 1; WhS = 0; WiD = 1;
+					act = ALOV; Wdone = !act;
+					decl[e] = decl[e] | 1; ndecl++
+				:: plan == P_C1 ->
+					if
+					:: isO -> WoS = 1
+					:: else -> WhS = 1
+					fi;
+					if
+					:: isH && Wacted && Wowner == 0 ->
+						/* an heir after a release, with the recorded key */
+						Wowner = tag(c); Wheir = 0; WoS = 1; WhS = 0; WiD = 1;
+						act = ALOV; Wdone = !act;
+						decl[e] = decl[e] | 1; ndecl++
+					:: !(isH && Wacted && Wowner == 0) && !Wacted ->
+						if
+						:: isH -> Wowner = tag(c); Wheir = 0; WoS = 1; WhS = 0
+						:: else
+						fi;
+						Wacted = 1; Wdone = 0; act = 1
+					:: !(isH && Wacted && Wowner == 0) && Wacted && isO && WiD ->
+						/* InDoubt for the owner: the adapter acts with at-least-once */
+						act = ALOV; decl[e] = decl[e] | 1
+					:: !(isH && Wacted && Wowner == 0) && Wacted && !(isO && WiD)
+					fi
+				:: plan == P_C2 ->
+					if
+					:: isH ->
+						Wowner = tag(c); Wheir = 0; WoS = 1; Wacted = 1; act = 1
+					:: !isH && isO && Wheir != 0 && WhS && Wkey != k ->
+						/* hand over; the new owner acts when called */
+						Wowner = Wheir; Wheir = 0; WoS = 0; Wacted = 0
+					:: !isH && !(isO && Wheir != 0 && WhS && Wkey != k) ->
+						WoS = 1; Wacted = 1; act = 1
+					fi;
+					WhS = 0; Wkey = k; Wev = e + 1; Wdone = 0; WiD = 0
+				fi;
+				WQ = 0;
+				/* storeOwnerEvents, in the same call (no other call can read it
+				 * before this one returns) */
+				if
+				:: Wowner == tag(c) || (plan == P_C2 && !act && Wowner != 0) -> maskTag = Wowner
+				:: else
+				fi;
+				sgv[c] = 0;   /* decide returns no sighting */
+				printf("MSC: e%d k%d conn %d plan %d act %d -> owner %d heir %d key %d oS %d hS %d acted %d done %d inDoubt %d events %d\n", e, k, c, plan, act, Wowner, Wheir, Wkey, WoS, WhS, Wacted, Wdone, WiD, evcount);
+				break
+			fi
+		   }
+		od;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0;
+		if
+		:: act ->
+			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
+			/* the author's handler runs here; then: done (Dir.finish) */
+			if
+#ifdef ABANDON
+			:: FAULTOK ->
+				/* the runtime gives up on it inside its handler (request
+				 * timeout, stuck, killed): it closes the connection and goes
+				 * on; the handler may still finish later (Late) */
+				atomic { closed[c] = 1; lateC = c; lateK = k; faults++; printf("MSC: e%d conn %d abandoned inside its handler (dropped)\n", e, c) }
+#endif
+			:: atomic {
+				if
+				:: Wowner == tag(c) && Wkey == k && Wacted && !Wdone -> Wdone = 1; WQ = 0
+				:: else
+				fi
+			   }
+			fi;
+			act = 0
+		:: else
+		fi;
+		calling = NONE
+	fi
+}
+#else
 /* One request of the runtime to connection c for event e with key k. */
 inline call(c, e, k) {
 	if
@@ -187,39 +499,120 @@ inline call(c, e, k) {
 	fi
 }
 
+#endif
+
 #define PICK(c) :: atomic { pending & (1 << c) -> pending = pending & ~(1 << c); calling = c }; call(c, e, k)
+
+/* NOREPEAT: no event has the key of the event before it */
+#ifdef NOREPEAT
+#define KEYOK(x) (x != lastk)
+#else
+#define KEYOK(x) 1
+#endif
 
 proctype Runtime() {
 	byte e = 0;
 	byte k;
 	byte pending;
 	bit act;
+#ifdef NOREPEAT
+	byte lastk = 0;
+#endif
+#ifdef RULES
+	int snap;
+	byte plan, j, ev0, cc;
+	bit isO, isH, seen;
+#endif
 	do
-	:: e < NEV ->
+	:: e < NEVT ->
 		atomic {
 			inEvent = 1;
 			if
 			:: e == 0 -> k = 1   /* keys are symmetric: the first is 1 */
-			:: e > 0 -> k = 1
-			:: e > 0 -> k = 2
+			:: e > 0 && e < NEV && KEYOK(1) -> k = 1
+			:: e > 0 && e < NEV && KEYOK(2) -> k = 2
 #if NKEY > 2
-			:: e > 0 -> k = 3
+			:: e > 0 && e < NEV && KEYOK(3) -> k = 3
 #endif
+			:: e >= NEV -> k = NKEY + 1 + e - NEV   /* a probe: a key of its own */
 			fi;
+#ifdef DROP
+			/* the runtime drops the owner's connection between events (frozen
+			 * or killed outside its handlers): skipped for good */
+			if
+			:: FAULTOK && Wowner != 0 && !closed[Wowner - 1] && inchain[Wowner - 1] ->
+				closed[Wowner - 1] = 1; faults++; printf("MSC: e%d: the runtime dropped owner conn %d\n", e, Wowner - 1)
+			:: true
+			fi;
+#endif
+#ifdef RULES
+			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2) | ((inchain[3] && !closed[3]) << 3)
+#else
 			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2)
+#endif
 		}
+#ifdef RULES
+		/* one call site (the verifier's code stays small) */
+		do
+		:: pending == 0 -> break
+		:: else ->
+			atomic {
+				if
+				:: pending & 1 -> cc = 0
+				:: pending & 2 -> cc = 1
+				:: pending & 4 -> cc = 2
+				:: pending & 8 -> cc = 3
+				fi;
+				pending = pending & ~(1 << cc); calling = cc
+			}
+			call(cc, e, k);
+			cc = 0
+		od;
+#else
 		do
 		PICK(0)
 		PICK(1)
 		PICK(2)
 		:: pending == 0 -> break
 		od;
+#endif
 		atomic {
+#ifndef RULES
 			assert(acts[e] == 1);
-			inEvent = 0; midspan = 0; e++; k = 0
+#endif
+			inEvent = 0; midspan = 0; e++;
+#ifdef NOREPEAT
+			lastk = k;
+#endif
+			k = 0
 		}
 	:: else -> break
 	od;
+#ifdef RULES
+	/* every checked event acted on at least once unless declared (a
+	 * declaration may come at a later event: the probes give it the chance);
+	 * with at-least-once, an event declared in doubt is acted on; no more
+	 * declarations than faults and releases */
+	atomic {
+		j = 0;
+		do
+		:: j < NEV ->
+			assert(acts[j] >= 1 || decl[j] != 0);
+			assert(!ALOV || !(decl[j] & 1) || acts[j] >= 1);
+#ifdef CHECK_PROMPT
+			/* a handler that never returns: rule 3 takes over at the next
+			 * call, no event is left to rule 4 */
+			assert(!(decl[j] & 2));
+#endif
+			j++
+		:: else -> break
+		od;
+#ifdef CHECK_DECL_BOUND
+		assert(ndecl <= faults + nrel);
+#endif
+		j = 0
+	}
+#endif
 	finished = 1
 }
 
@@ -235,6 +628,10 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 	atomic {
 		prevHeir[c] = Wheir;
 		Wheir = tag(c);
+#ifdef RULES
+		claimed[c] = 1;
+		printf("MSC: conn %d claims (heir)\n", c);
+#endif
 #ifdef FIX_QUIET_BIT
 		WQ = 1;
 #endif
@@ -266,8 +663,11 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 		}
 	:: else ->
 		synced[c] = 1;
+#ifdef RULES
+		mt[c] = 1;     /* ClaimConn returned: its instance's newest connection */
+#endif
 		/* the runtime appends it under its lock: never during an event */
-		atomic { !inEvent -> inchain[c] = 1; appended = 1 }
+		atomic { !inEvent -> inchain[c] = 1; appended = 1; printf("MSC: conn %d appended\n", c) }
 	fi
 }
 
@@ -275,6 +675,7 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 proctype Idle(byte c) {
 	byte sO, sH, sK, cnt;
 	bit sOS, sHS, sA, sD, sQ;
+	bit sID, prom;
 #ifdef IDLE_EARLY
 	synced[c] && !closed[c];
 #else
@@ -289,10 +690,20 @@ proctype Idle(byte c) {
 #ifndef NO_T2
 			!midspan ->
 #endif
-			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ }
+			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ;
+#ifdef RULES
+			sID = WiD;
+#endif
+		}
 		if
 		:: sH == tag(c) && (sD || !sA) && !closed[c]
+#ifdef RULES
+		/* a handler in progress, or abandoned (ABANDON): try again later */
+		:: sH == tag(c) && !(sD || !sA) && !closed[c] -> goto next
 		:: else -> break
+#else
+		:: else -> break
+#endif
 		fi;
 #ifdef FIX_QUIET_BIT
 		/* quiet since the mark was set: no write of an event since */
@@ -302,7 +713,7 @@ proctype Idle(byte c) {
 			/* re-arm: set the mark (CAS), wait another interval Q */
 			atomic {
 				if
-				:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ -> WQ = 1
+				:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD -> WQ = 1
 				:: else
 				fi
 			}
@@ -325,8 +736,12 @@ proctype Idle(byte c) {
 #endif
 		atomic {
 			if
-			:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ ->
+			:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD ->
 				PROMOTE(tag(c));
+#ifdef RULES
+				prom = 1;
+				printf("MSC: conn %d promotes itself (idle)\n", c);
+#endif
 #ifdef IDLE_OS0
 				WoS = 0;
 #endif
@@ -335,7 +750,40 @@ proctype Idle(byte c) {
 			fi
 		}
 next:		skip
-	od
+#ifdef GONE
+	/* PromoteWhenIdle's other way: its predecessor is gone (the owner is
+	 * 0: released), checked at every tick, in or out of an event: it takes
+	 * the register outright (takeCutLocked, not in a Synchronize: an
+	 * unconditional swap) */
+	:: atomic { Wheir == tag(c) && Wowner == 0 && !closed[c] }
+		atomic {
+			if
+			:: Wowner != tag(c) ->
+				WiD = WiD || (Wacted && !Wdone && Wowner != 0);
+#ifdef FIX_GONE_SEEN
+				/* proposed: keep the heir's seen bit; unseen after a release:
+				 * the recorded event is in doubt for it (as decide's rule 1) */
+				WoS = (Wheir == tag(c) && WhS);
+				WiD = WiD || (!WoS && Wacted && Wowner == 0);
+#else
+				WoS = 0;
+#endif
+				Wowner = tag(c); Wheir = 0; WhS = 0
+			:: else
+			fi;
+			printf("MSC: conn %d takes the register outright (gone) -> owner %d oS %d key %d acted %d done %d inDoubt %d\n", c, Wowner, WoS, Wkey, Wacted, Wdone, WiD)
+		}
+		prom = 1;
+		break
+#endif
+	od;
+#ifdef RULES
+	/* setOwnerEvents, after the swap */
+	if
+	:: prom -> maskTag = tag(c)
+	:: else
+	fi
+#endif
 }
 
 #if defined(CLOSE) || defined(LEAVE_TIMEOUT)
@@ -353,8 +801,60 @@ proctype Close(byte c) {
 #ifdef LEAVE_TIMEOUT
 		|| (c == 0 && appended)
 #endif
-		) -> closed[c] = 1
+		) -> closed[c] = 1; printf("MSC: conn %d closes\n", c)
 	}
+}
+#endif
+
+#ifdef ABANDON
+/* The handler of a connection the runtime gave up on runs on: it finishes
+ * (Dir.finish, a CAS that writes done only if the word still shows it
+ * acting on its event) at any later moment, or never (killed). */
+proctype Late() {
+	lateC != NONE;
+#ifndef NO_LATE
+	if
+	:: atomic {
+		if
+		:: Wowner == tag(lateC) && Wkey == lateK && Wacted && !Wdone -> Wdone = 1; WQ = 0
+		:: else
+		fi;
+		printf("MSC: late finish of conn %d\n", lateC)
+	   }
+	:: skip
+	fi
+#endif
+}
+#endif
+
+#ifdef RELEASE
+/* Connection 0's instance leaves (Coordinator.Leave) with its successor
+ * not seen in time: releaseCut (a CAS: if it owns the register and is not
+ * inside a handler, owner = 0, ownerSeen = 0), then "left" (its connection
+ * no longer takes over: holdEvents waits for no event of it in progress),
+ * then it disconnects. Timing assumption (docs/model.md C4): the leave
+ * timeout is long enough for the runtime to append an heir whose
+ * Synchronize returned, and no newcomer claims after the release
+ * (RELEASE_EARLY drops it). */
+proctype Leave0() {
+	atomic {
+		!closed[0] &&
+#ifndef RELEASE_EARLY
+		(Wheir == 0 && (claimed[1] || !HAVE_N1) || Wheir != 0 && inchain[Wheir - 1]) &&
+#endif
+		1 ->
+		if
+		:: Wowner == tag(0) && !(Wacted && !Wdone) -> Wowner = 0; WoS = 0; nrel++
+		/* refused inside a handler: it leaves as owner (a declared miss may follow) */
+		:: Wowner == tag(0) && Wacted && !Wdone -> nrel++
+		:: else
+		fi;
+		printf("MSC: conn 0 leaves: releaseCut -> owner %d heir %d\n", Wowner, Wheir)
+	}
+	atomic { calling != 0 -> mt[0] = 0; printf("MSC: conn 0 left\n") }
+	/* disconnecting while owner (it took the register back, rule 5): a
+	 * declared miss may follow, as after a refused release */
+	atomic { calling != 0 -> closed[0] = 1; if :: Wowner == tag(0) -> nrel++ :: else fi; printf("MSC: conn 0 disconnects\n") }
 }
 #endif
 
@@ -370,7 +870,22 @@ proctype Final() {
 init {
 	atomic {
 		inchain[0] = 1;
+#ifdef RULES
+#ifndef NO_MT0
+		mt[0] = 1;   /* the old owner: its instance's newest connection, until it leaves */
+#endif
+#ifdef STANDBY
+		inchain[3] = 1; mt[3] = 1;   /* a live standby's connection */
+#endif
+#ifdef ABANDON
+		run Late();
+#endif
+#ifdef RELEASE
+		run Leave0();
+#endif
+#endif
 		run Runtime();
+#ifndef NO_N1
 		run Newcomer(1,
 #ifdef FAIL1
 			1,
@@ -380,6 +895,7 @@ init {
 			0);
 #ifndef NO_IDLE
 		run Idle(1);
+#endif
 #endif
 #ifdef N2
 		run Newcomer(2, N2FAIL == 2, N2FAIL == 1);

@@ -163,8 +163,12 @@ func (d *Dir) skipped(w cutWord, prev sighting, events uint64) bool {
 	if !prev.valid || !prev.first || w.owner == 0 || w.owner != prev.owner || events != prev.events {
 		return false
 	}
+	// A mask of another connection: the owner has not recorded its own yet
+	// (setOwnerEvents follows the swap that made it owner, and it may have
+	// been frozen or killed in between: model finding C8); count it as
+	// subscribing.
 	m := atomic.LoadUint64(d.word(ownerMaskCut))
-	return uint16(m>>48) == w.owner && m&prev.kind != 0
+	return uint16(m>>48) != w.owner || m&prev.kind != 0
 }
 
 // overran reports whether the register's acting connection is still
@@ -200,7 +204,12 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //     skipped): it becomes owner and acts; that event is in doubt.
 //  5. Nobody owns the register and nobody is heir (a leaving owner gave
 //     it up with no successor seen, or the heir closed): any connection
-//     that may take over becomes owner and acts.
+//     that may take over becomes owner and acts — unless the release may
+//     have come within this event after the owner acted (the register
+//     records this key, and an event was recorded since this connection's
+//     previous call): then this event is in doubt. If instead nothing was
+//     recorded since its previous call, for which it was called first,
+//     the owner left before its turn in that event: it is declared.
 func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
@@ -222,8 +231,24 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			if released {
 				// 5: nobody owns the register and nobody claims it (an
 				// owner that left gave it up with no successor seen).
+				// The owner may have released within an event (model
+				// finding C5): if no connection recorded an event since
+				// this one's previous call, the recorded event is older
+				// than this one, and if this one was called first for
+				// that previous event, nobody acted on it (the owner left
+				// before its turn): it is declared. Otherwise the
+				// recorded event may be this one (the owner acted on it,
+				// then released): with its key, this event is in doubt.
+				quiet := me.prev.valid && events == me.prev.events
 				dec.Promoted, dec.Act, dec.took = true, true, true
 				w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
+				switch n := decodeCut(old); {
+				case quiet && me.prev.first && me.prev.owner != 0:
+					dec.Overrun = true
+				case !quiet && n.key == key && n.acted:
+					dec.InDoubt, dec.Act = true, me.atLeastOnce
+					w.inDoubt, w.done = true, !dec.Act
+				}
 				atomic.AddUint64(d.word(eventsOffset), 1)
 				if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
 					d.storeOwnerEvents(tag, me.events)

@@ -257,6 +257,127 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 	}
 }
 
+// newCutForTest returns a directory whose register is owned by a new
+// connection (the owner), and a second connection (a standby that may take
+// over).
+func newCutForTest(t *testing.T, kind uint64) (d *Dir, owner, standby uint16) {
+	t.Helper()
+	d, err := OpenDir(t.TempDir(), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	owner, standby = d.newConnTag(), d.newConnTag()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+	d.setOwnerEvents(owner, kind)
+	return d, owner, standby
+}
+
+// release is releaseCut's swap for the owner connection tag.
+func release(d *Dir, tag uint16) {
+	d.updateCut(func(w *cutWord) bool {
+		if w.owner != tag || (w.acted && !w.done) {
+			return false
+		}
+		w.owner, w.ownerSeen = 0, false
+		return true
+	})
+}
+
+// TestCutReleaseWithinAnEvent: the owner acts on an event, finishes, and
+// its leave timeout expires before the runtime calls the standby for the
+// same event: the owner releases the register (rule 5). The standby must
+// not act on that event again (model finding C5, cut-x11: a duplicate); it
+// takes over with the event in doubt, and acts on the next one.
+func TestCutReleaseWithinAnEvent(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, standby := newCutForTest(t, kind)
+	me := caller{mayTakeOver: true, events: kind}
+	var saw sighting
+	for i, key := range []uint32{1, 2} {
+		// The standby is called after the owner: it skips.
+		if dec := d.decide(owner, key, kind, caller{events: kind}); !dec.Act {
+			t.Fatalf("event %d: the owner did not act: %+v", i, dec)
+		}
+		d.finish(owner, key)
+		if i == 1 {
+			release(d, owner)
+		}
+		me.prev = saw
+		dec := d.decide(standby, key, kind, me)
+		saw = dec.saw
+		if i == 0 && (dec.Act || dec.Promoted) {
+			t.Fatalf("event 0: the standby acted beside the owner: %+v", dec)
+		}
+		if i == 1 && (dec.Act || !dec.InDoubt || !dec.Promoted) {
+			t.Fatalf("event 1, released after the owner acted: the standby acted again or did not take over in doubt: %+v", dec)
+		}
+	}
+	me.prev = saw
+	if dec := d.decide(standby, 3, kind, me); !dec.Act {
+		t.Fatalf("the event after the takeover: not acted on: %+v", dec)
+	}
+}
+
+// TestCutReleaseBetweenTwoCalls: the standby is called first for an event,
+// then the owner releases the register (its leave timeout) and leaves
+// before the runtime calls it for the same event: nobody acts on it. The
+// standby, taking over at the next event (rule 5), must declare it (model
+// finding C5, cut-x11).
+func TestCutReleaseBetweenTwoCalls(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, standby := newCutForTest(t, kind)
+	me := caller{mayTakeOver: true, events: kind}
+	// Event 1: owner first, then the standby.
+	d.decide(owner, 1, kind, caller{events: kind})
+	d.finish(owner, 1)
+	dec := d.decide(standby, 1, kind, me)
+	// Event 2: the standby first; the owner releases and, having left, skips.
+	me.prev = dec.saw
+	dec = d.decide(standby, 2, kind, me)
+	if dec.Act {
+		t.Fatalf("event 2: the standby acted before the owner was called: %+v", dec)
+	}
+	release(d, owner)
+	if dec := d.decide(owner, 2, kind, caller{events: kind}); dec.Act {
+		t.Fatalf("event 2: the owner acted after its release: %+v", dec)
+	}
+	// Event 3: the standby takes over and declares event 2.
+	me.prev = dec.saw
+	dec = d.decide(standby, 3, kind, me)
+	if !dec.Act || !dec.Promoted || !dec.Overrun {
+		t.Fatalf("event 3: the standby did not take over declaring the event nobody acted on: %+v", dec)
+	}
+}
+
+// TestCutSkippedOwnerWithAStaleMask: an heir promotes itself (the idle
+// rule) and is frozen, or killed, before it records the events it
+// subscribes to (setOwnerEvents follows the swap); the runtime drops it.
+// The owner mask still names the previous owner: the standby must still
+// find the owner skipped (rule 4; model finding C8, cut-x12).
+func TestCutSkippedOwnerWithAStaleMask(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, standby := newCutForTest(t, kind)
+	heir := d.newConnTag()
+	d.updateCut(func(w *cutWord) bool { w.heir, w.quiet = heir, true; return true })
+	// The idle promotion's swap, and no setOwnerEvents.
+	d.updateCut(func(w *cutWord) bool {
+		w.owner, w.heir, w.ownerSeen, w.heirSeen, w.quiet = heir, 0, true, false, false
+		return true
+	})
+	_ = owner
+	me := caller{mayTakeOver: true, events: kind}
+	dec := d.decide(standby, 1, kind, me) // the heir, dropped, is not called
+	if dec.Act {
+		t.Fatalf("event 1: the standby acted: %+v", dec)
+	}
+	me.prev = dec.saw
+	dec = d.decide(standby, 2, kind, me)
+	if !dec.Act || !dec.Overrun {
+		t.Fatalf("event 2: the standby did not take over from the skipped owner: %+v", dec)
+	}
+}
+
 // TestCutReleaseBetweenTheCallsOfOneEvent: a leaving owner gives the
 // register up (releaseCut) after a standby was called first for an event,
 // which it skipped (the owner owned it then), and before the runtime calls
