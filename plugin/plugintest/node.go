@@ -85,6 +85,9 @@ func NewNode(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("plugintest: handover directory: %w", err)
 	}
 	log := logrus.New()
+	// Milliseconds, as the harness logs by default: a handover's steps
+	// are apart by less than a second.
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000Z07:00"})
 	log.SetOutput(io.Discard)
 	if cfg.Log != nil {
 		log.SetOutput(cfg.Log)
