@@ -10,7 +10,7 @@ TEST_EXTRA += model
 model:
 	@bash handover/model/check.sh
 
-## model-cut: only the per-event cut's runs (cut.pml, with the takeover rules 3-5; about 75 s of CPU, mostly gcc).
+## model-cut: only the per-event cut's runs (cut.pml, with the takeover rules 3-5; about 110 s of CPU, mostly gcc).
 model-cut:
 	@bash handover/model/check.sh cut
 

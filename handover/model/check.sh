@@ -233,6 +233,13 @@ cut_correct=(
 	"cut-dropped|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|rule 4: the runtime drops the owner between events (frozen, killed)"
 	"cut-released|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE||22|rule 5: the old owner leaves and releases the register (heir appended or none), the heir's idle and gone paths"
 	"cut-released-standby|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|rule 5: the owner releases with no successor; the standby takes over"
+	# caller.releaser (bb7709f): A, released, stays in the chain until it
+	# disconnects and is called as a releaser (rule 5 for it too; Finish
+	# releases again). DISC_BETWEEN: A disconnects between events only;
+	# CHECK_RELEASER: then no event is left to S's rule 5 to declare skipped.
+	"cut-released-orderly|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER|-O1|20|caller.releaser: A releases between S's and its own call of an event and takes it; nothing is declared skipped"
+	"cut-released-orderly-heir|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DDISC_BETWEEN -DCHECK_RELEASER||22|as cut-released, A disconnects between events: nothing declared skipped"
+	"cut-released-repeat|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN|-O1|20|caller.releaser with repeated keys (no NOREPEAT): an event with the key A acted on last is declared in doubt, not missed"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
 # (-O1: the searches of the small runs take less than compiling them)
@@ -255,6 +262,10 @@ cut_broken=(
 	"cut-x14-shared-key|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C6: after the owner silently dropped, an event with its last key: the heir skips it (rule 1), S cannot tell: missed, not declared"
 	"cut-x15-gone-unseen|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE|-O1|22|acts[j]>=1|C9: the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
 	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
+	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
+	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
+	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"
+	"cut-x19-releaser-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DREACH_RELEASER||22|!(rls)|vacuity: the must-hold cut-released runs reach a releaser's take"
 )
 
 # check.sh cut: the per-event cut's runs only

@@ -80,6 +80,16 @@
  *   DROP     the runtime drops the owner's connection between events;
  *   RELEASE  connection 0 leaves (releaseCut, left, disconnect), GONE adds
  *            the heir's PromoteWhenIdle "predecessor gone" takeover.
+ *            Once its release succeeded, connection 0 is a releaser
+ *            (caller.releaser, commit bb7709f) until it disconnects:
+ *            rule 5 applies to it as if it may take over, and after it
+ *            acts, Coordinator.Finish releases again (a step of its own
+ *            after done). NO_RELEASER (broken): as before bb7709f.
+ *            DISC_BETWEEN: it disconnects only between events;
+ *            CHECK_RELEASER: then, once released, no event is declared
+ *            skipped. Vacuity: REACH_RELEASER (a releaser's take, must be
+ *            caught), REACH_RELEASER_OVERRUN (a releaser's take whose
+ *            Overrun Decide does not report: holds, unreachable here).
  * Checked: every event acted on at most once (twice only with ALO, when
  * declared in doubt); at the end (after NPROBE probe events with keys of
  * their own, which give a late declaration its chance), every checked
@@ -190,6 +200,16 @@ byte ndecl = 0;
 byte nrel = 0;
 bit claimed[NC];
 byte lateC = NONE;     /* ABANDON: the connection abandoned inside its handler */
+/* RELEASE: connection 0 released the register (Coordinator.releasedTag):
+ * from then on it is called as a releaser (caller.releaser) until it
+ * disconnects; NO_RELEASER (broken): as before commit bb7709f, it is not */
+bit rel0 = 0;
+#ifdef NO_RELEASER
+#define RELEASER 0
+#else
+#define RELEASER 1
+#endif
+#define RLS(c) (c == 0 && rel0 && RELEASER)
 byte lateK = 0;
 #endif
 
@@ -285,6 +305,14 @@ inline call(c, e, k) {
 			 * (only calls write them, and calls are serialized: nothing
 			 * can write them between these loads) */
 			midspan = 1;
+			/* caller.releaser, as Coordinator.Decide computes it before
+			 * decide (the CAS loop's retries keep it) */
+#ifdef RELEASE
+			if
+			:: rls == 2 -> rls = RLS(c)
+			:: else
+			fi;
+#endif
 			snap = WORD;
 			ev0 = evcount;
 			isO = (Wowner == tag(c));
@@ -298,10 +326,10 @@ inline call(c, e, k) {
 				 * older than this one), the recorded event may be this one
 				 * (the leaver acted on it, then released, within this
 				 * event): in doubt */
-				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 && !R5QUIET && Wkey == k && Wacted -> plan = P_R5D
-				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 && (R5QUIET || !(Wkey == k && Wacted)) -> plan = P_R5
+				:: (mt[c] || rls) && Wowner == 0 && Wheir == 0 && RULE5 && !R5QUIET && Wkey == k && Wacted -> plan = P_R5D
+				:: (mt[c] || rls) && Wowner == 0 && Wheir == 0 && RULE5 && (R5QUIET || !(Wkey == k && Wacted)) -> plan = P_R5
 #else
-				:: mt[c] && Wowner == 0 && Wheir == 0 && RULE5 -> plan = P_R5
+				:: (mt[c] || rls) && Wowner == 0 && Wheir == 0 && RULE5 -> plan = P_R5
 #endif
 				:: else ->
 					if
@@ -346,10 +374,21 @@ inline call(c, e, k) {
 					if
 					:: plan == P_R4 -> DECLARE_SKIPPED(c); ndecl++
 					:: plan == P_R3N -> decl[Wev - 1] = decl[Wev - 1] | 1; ndecl++
-					:: plan == P_R5 && R5SKIPPED -> DECLARE_SKIPPED(c); ndecl++
-					:: plan == P_R5 && !R5SKIPPED
+					/* Coordinator.Decide: for a releaser's take, the
+					 * releaser case comes first (no tookOverFromOverrun):
+					 * its Overrun is not reported */
+					:: plan == P_R5 && R5SKIPPED && !rls -> DECLARE_SKIPPED(c); ndecl++
+					:: plan == P_R5 && !(R5SKIPPED && !rls)
 					fi;
 					FRESH(tag(c)); Wkey = k; Wev = e + 1; act = 1
+#ifdef REACH_RELEASER
+					/* a vacuity check: the releaser takes an event */
+					assert(!rls);
+#endif
+#ifdef REACH_RELEASER_OVERRUN
+					/* the releaser takes with an Overrun it does not report */
+					assert(!(rls && plan == P_R5 && R5SKIPPED));
+#endif
 				:: plan == P_R3D || plan == P_R5D ->
 					Wowner = tag(c); Wheir = 0; WoS = 1; WhS = 0; WiD = 1;
 					act = ALOV; Wdone = !act;
@@ -401,7 +440,7 @@ inline call(c, e, k) {
 			fi
 		   }
 		od;
-		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0; rls = 0;
 		if
 		:: act ->
 			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
@@ -419,7 +458,22 @@ inline call(c, e, k) {
 				:: Wowner == tag(c) && Wkey == k && Wacted && !Wdone -> Wdone = 1; WQ = 0
 				:: else
 				fi
-			   }
+			   };
+#ifdef RELEASE
+				/* Coordinator.Finish, after Dir.finish: a releaser gives the
+				 * register up again (releaseCut: if this instance's
+				 * connection owns it and no handler is running) */
+				if
+				:: atomic { RLS(c) ->
+					if
+					:: Wowner == tag(0) && !(Wacted && !Wdone) -> Wowner = 0; WoS = 0; nrel++
+					:: else
+					fi;
+					printf("MSC: e%d conn 0 releases again (Finish) -> owner %d heir %d\n", e, Wowner, Wheir)
+				   }
+				:: !RLS(c)
+				fi
+#endif
 			fi;
 			act = 0
 		:: else
@@ -522,6 +576,7 @@ proctype Runtime() {
 	int snap;
 	byte plan, j, ev0, cc;
 	bit isO, isH, seen;
+	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
 	:: e < NEVT ->
@@ -563,7 +618,10 @@ proctype Runtime() {
 				:: pending & 4 -> cc = 2
 				:: pending & 8 -> cc = 3
 				fi;
-				pending = pending & ~(1 << cc); calling = cc
+				pending = pending & ~(1 << cc); calling = cc;
+#ifdef RELEASE
+				rls = 2
+#endif
 			}
 			call(cc, e, k);
 			cc = 0
@@ -599,6 +657,13 @@ proctype Runtime() {
 		:: j < NEV ->
 			assert(acts[j] >= 1 || decl[j] != 0);
 			assert(!ALOV || !(decl[j] & 1) || acts[j] >= 1);
+#ifdef CHECK_RELEASER
+			/* an orderly leave (its release succeeded, DISC_BETWEEN: it
+			 * disconnects between events): the releaser acts on every
+			 * event that reached nobody after its release; none is left
+			 * to a standby's rule 5 to declare skipped */
+			assert(!rel0 || !(decl[j] & 2));
+#endif
 #ifdef CHECK_PROMPT
 			/* a handler that never returns: rule 3 takes over at the next
 			 * call, no event is left to rule 4 */
@@ -830,8 +895,9 @@ proctype Late() {
 #ifdef RELEASE
 /* Connection 0's instance leaves (Coordinator.Leave) with its successor
  * not seen in time: releaseCut (a CAS: if it owns the register and is not
- * inside a handler, owner = 0, ownerSeen = 0), then "left" (its connection
- * no longer takes over: holdEvents waits for no event of it in progress),
+ * inside a handler, owner = 0, ownerSeen = 0; then releasedTag: rel0),
+ * then "left" (its connection no longer takes over, except as a releaser:
+ * holdEvents waits for no event of it in progress),
  * then it disconnects. Timing assumption (docs/model.md C4): the leave
  * timeout is long enough for the runtime to append an heir whose
  * Synchronize returned, and no newcomer claims after the release
@@ -844,7 +910,7 @@ proctype Leave0() {
 #endif
 		1 ->
 		if
-		:: Wowner == tag(0) && !(Wacted && !Wdone) -> Wowner = 0; WoS = 0; nrel++
+		:: Wowner == tag(0) && !(Wacted && !Wdone) -> Wowner = 0; WoS = 0; nrel++; rel0 = 1
 		/* refused inside a handler: it leaves as owner (a declared miss may follow) */
 		:: Wowner == tag(0) && Wacted && !Wdone -> nrel++
 		:: else
@@ -853,8 +919,14 @@ proctype Leave0() {
 	}
 	atomic { calling != 0 -> mt[0] = 0; printf("MSC: conn 0 left\n") }
 	/* disconnecting while owner (it took the register back, rule 5): a
-	 * declared miss may follow, as after a refused release */
-	atomic { calling != 0 -> closed[0] = 1; if :: Wowner == tag(0) -> nrel++ :: else fi; printf("MSC: conn 0 disconnects\n") }
+	 * declared miss may follow, as after a refused release;
+	 * DISC_BETWEEN: it disconnects only between events (not between
+	 * the runtime's calls of one event) */
+	atomic { calling != 0 &&
+#ifdef DISC_BETWEEN
+		!inEvent &&
+#endif
+		1 -> closed[0] = 1; if :: Wowner == tag(0) -> nrel++ :: else fi; printf("MSC: conn 0 disconnects\n") }
 }
 #endif
 
