@@ -1386,7 +1386,10 @@ func (c *Coordinator) isClosed() bool {
 // runtime and claims inside its new Synchronize, so the switch stays
 // fenced) or, with none running, a new instance (a DaemonSet re-creates a
 // deleted pod within tens of milliseconds). Whatever the outcome, the
-// instance acts on no event afterwards. Leave returns by the time ctx ends
+// instance acts on no event afterwards, with one exception: if it gave the
+// register up with no successor seen (releaseCut), its connection, until
+// it is closed, takes back an event that reached it and nobody else took
+// (caller.releaser), and gives the register up again after it. Leave returns by the time ctx ends
 // even if an event handler never returns. It returns true if ownership was
 // handed over (or was not held).
 func (c *Coordinator) Leave(ctx context.Context) bool {
