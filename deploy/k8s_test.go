@@ -27,7 +27,7 @@ const (
 	auditDS    = "nri-audit"
 	auditEnv   = audit.EnvVar
 	loadRate   = 2.0 // workload pods created per second
-	loadLife   = 3 * time.Second
+	loadLife   = 2 * time.Second
 	rolloutMax = 4 * time.Minute
 )
 
