@@ -157,8 +157,18 @@ func (c *cluster) setup() error {
 	if err := refuseBusyPorts(); err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(hostNRIDir, "nri.sock")); err == nil {
-		return fmt.Errorf("%s/nri.sock exists: another runtime serves NRI on this host; the suite needs that path for its own containerd", hostNRIDir)
+	if sock := filepath.Join(hostNRIDir, "nri.sock"); fileExists(sock) {
+		conn, err := net.DialTimeout("unix", sock, time.Second)
+		if err == nil {
+			conn.Close()
+			return fmt.Errorf("%s answers: another runtime serves NRI on this host; the suite needs that path for its own containerd", sock)
+		}
+		// Nobody listens: left by a run that was not torn down (a
+		// crash, or NRI_HANDOVER_K8S_KEEP).
+		c.progress("removing %s, which nobody serves (%v)", sock, err)
+		if err := os.Remove(sock); err != nil {
+			return fmt.Errorf("remove stale %s: %w", sock, err)
+		}
 	}
 	if c.nodeIP, err = hostIP(); err != nil {
 		return err
@@ -1058,4 +1068,10 @@ func tail(s string, lines int) string {
 		ls = ls[len(ls)-lines:]
 	}
 	return strings.Join(ls, "\n")
+}
+
+// fileExists reports whether path names anything (a socket included).
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

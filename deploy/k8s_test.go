@@ -26,7 +26,7 @@ const (
 	pluginNS   = "nri-handover"
 	auditDS    = "nri-audit"
 	auditEnv   = audit.EnvVar
-	loadRate   = 2.0 // workload pods created per second
+	loadRate   = 2.0 // workload pods created per second (asked; the achieved rate is reported)
 	loadLife   = 2 * time.Second
 	rolloutMax = 4 * time.Minute
 )
