@@ -404,10 +404,12 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		// The runtime gave up on this request before its handler could
 		// start (the instance was stopped or stuck for longer than the
 		// request timeout): it went on without this plugin, so acting now
-		// would change nothing, and would record an act after the events
-		// that reached nobody meanwhile (see Coordinator.Abandoned).
-		p.coord.Abandoned()
-		p.inDoubt(event, id, false, "the runtime gave up on this request before its handler started (the instance was stopped or stuck): not acted on")
+		// would change nothing and would record an act after the events
+		// that reached nobody meanwhile. The runtime drops the connection
+		// for it; whoever takes the register next declares the event (in
+		// doubt, or in the gap since the act before).
+		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id}).
+			Warn("the runtime gave up on this request before its handler started; not acting on it")
 	} else if !a.closed.Load() && a.tag != 0 {
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce

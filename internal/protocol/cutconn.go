@@ -558,17 +558,6 @@ func (c *Coordinator) OwnsCut(tag uint16) bool {
 	return ok && tag != 0 && w.owner == tag
 }
 
-// Abandoned counts an event the runtime gave up on before this instance's
-// handler started (its request's deadline had passed): the runtime went on
-// without the plugin, so nobody acts on it. It is declared as an event in
-// doubt (logged by the caller, counted, OnInDoubt).
-func (c *Coordinator) Abandoned() {
-	c.inDoubt.Add(1)
-	if c.cfg.OnInDoubt != nil {
-		c.cfg.OnInDoubt()
-	}
-}
-
 // InDoubt is the number of events a dead owner was inside of when this
 // instance took over (each is logged).
 func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
