@@ -119,6 +119,11 @@ type Decision struct {
 
 	saw  sighting // for the caller's next call
 	took bool     // a connection that was neither owner nor heir took the register (rules 3-5)
+	// prevOwner and actedSince are the register's owner and the start of
+	// a gap (see lastActed) as they were before this call: a takeover from
+	// a dead owner declares the gap from there (Coordinator.Decide).
+	prevOwner  uint16
+	actedSince time.Time
 }
 
 // caller is what a connection knows of itself for decide.
@@ -221,7 +226,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		old := atomic.LoadUint64(reg)
 		w := decodeCut(old)
 		isOwner, isHeir := w.owner == tag, w.heir == tag
-		var dec Decision
+		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
 		skipped := false
 		if !isOwner && !isHeir {
 			events := atomic.LoadUint64(d.word(eventsOffset))
@@ -437,6 +442,12 @@ func (d *Dir) lastActed() time.Time {
 	if d.gen == nil {
 		return time.Time{}
 	}
+	return d.actedSinceLocked()
+}
+
+// actedSinceLocked is lastActed; call with genMu read-locked and gen
+// non-nil.
+func (d *Dir) actedSinceLocked() time.Time {
 	n := atomic.LoadUint64(d.word(prevActCut))
 	if last := atomic.LoadUint64(d.word(lastActCut)); n == 0 || last < n {
 		n = last

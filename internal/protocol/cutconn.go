@@ -93,8 +93,6 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
 		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
-	before, _, _ := c.cfg.Dir.readCut()
-	lastAct := c.cfg.Dir.lastActed()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
 	c.mu.Lock()
@@ -106,9 +104,9 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		gap.gapSince, c.gapHeir = c.gapSince, 0
 	}
 	c.mu.Unlock()
-	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(before.owner) {
+	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
 		// The owner it took from had no connection: nobody acted since.
-		gap.gapSince = lastAct
+		gap.gapSince = d.actedSince
 	}
 	c.reportInDoubt(gap)
 	switch {
