@@ -415,7 +415,7 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		a.closeRetiring(t.key)
 		if dec.InDoubt {
-			p.inDoubt(event, id, t.act, "the previous owner died inside its handler")
+			p.inDoubt(event, id, t.act, "another connection may have acted on it (it died inside its handler, the runtime gave up on it, or it left after an event with this key)")
 		}
 	}
 	if t.act {

@@ -117,6 +117,13 @@ type Decision struct {
 	// is in doubt (it is this event if InDoubt is set).
 	Overrun bool
 
+	// heirUnseen: an Overrun of rule 2 (see sighting), recordedKey the
+	// key of the event it declares; unseenMark: InDoubt from the mark of
+	// an heir's outright take after a release (takeCutLocked), not yet
+	// counted.
+	heirUnseen, unseenMark bool
+	recordedKey            uint32
+
 	saw  sighting // for the caller's next call
 	took bool     // a connection that was neither owner nor heir took the register (rules 3-5)
 	// prevOwner and actedSince are the register's owner and the start of
@@ -138,6 +145,8 @@ type caller struct {
 	events uint64
 	// prev is what it saw at its previous call (see sighting).
 	prev sighting
+	// called: the connection has been called for an event before.
+	called bool
 	// releaser: the connection gave the register up when its instance
 	// left with no successor seen (Coordinator.releaseCut). The release
 	// may land between the runtime's calls of one event to a connection
@@ -150,12 +159,21 @@ type caller struct {
 // sighting is what a connection that neither owns nor inherits the
 // register saw when it was called for an event: decide returns it, and the
 // caller passes it back with its next call.
+//
+// An heir's own calls leave one sighting: unseen, set when its first call
+// found the register recording that call's key, acted on (rule 1 skips it
+// as the second call of the recorded event, but it may be a new event with
+// the same key, called to the heir alone: the owner was dropped). If the
+// heir is then promoted by rule 2 with no event recorded since, nobody was
+// called after it for that event: it is declared in doubt (model finding
+// C6).
 type sighting struct {
 	valid  bool
 	first  bool   // the register did not record the event's key: the owner had not been called for it yet
 	owner  uint16 // the register's owner then
 	kind   uint64 // the event's kind
 	events uint64 // the events counter then
+	unseen bool   // (an heir's, valid unset) its first call was rule 1's ambiguous skip
 }
 
 // skipped reports whether the owner was never called for the event of the
@@ -194,7 +212,9 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //     (the first caller did not act, so it is ours); an heir that acts
 //     thereby becomes owner.
 //  2. Otherwise tag is first for a new event. An heir is in the chain, as
-//     this call shows: it becomes owner and acts. The owner hands over to
+//     this call shows: it becomes owner and acts; if its previous call was
+//     its first, skipped by rule 1, and nothing was recorded since, that
+//     event is declared in doubt (see sighting). The owner hands over to
 //     its heir here if the heir was called for the recorded event, this
 //     event has a different key (so that call was not for this event, as
 //     in 1) and the heir subscribes to this kind; it then does not act,
@@ -227,9 +247,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		w := decodeCut(old)
 		isOwner, isHeir := w.owner == tag, w.heir == tag
 		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
-		skipped := false
+		events := atomic.LoadUint64(d.word(eventsOffset))
+		skipped, unseen := false, false
 		if !isOwner && !isHeir {
-			events := atomic.LoadUint64(d.word(eventsOffset))
 			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
 			released := (me.mayTakeOver || me.releaser) && w.owner == 0 && w.heir == 0
@@ -301,6 +321,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				w.heirSeen = true
 			}
 			dec.InDoubt = w.inDoubt && isOwner
+			// A mark of takeCutLocked's (done: the owner had released,
+			// see there); a dead owner's event in doubt is not done.
+			dec.unseenMark = dec.InDoubt && w.acted && w.done
 			if isHeir && w.acted && w.owner == 0 {
 				// The owner left (released the register) after acting on
 				// the recorded event: this call is for it, or for a new
@@ -309,7 +332,10 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
 				dec.Promoted, dec.InDoubt, dec.Act = true, true, me.atLeastOnce
 				w.inDoubt, w.done = true, !dec.Act
-			} else if !w.acted {
+			} else if w.acted {
+				// The ambiguous case at an heir's first call (see sighting).
+				unseen = isHeir && !me.called
+			} else {
 				if isHeir {
 					w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
 					dec.Promoted = true
@@ -326,6 +352,13 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			case isHeir:
 				n.owner, n.heir, n.ownerSeen = tag, 0, true
 				n.acted, dec.Act, dec.Promoted = true, true, true
+				// Nobody recorded an event since the heir's ambiguous
+				// first call, and the owner did not leave in order (a
+				// release, after which it acted on nothing): it was not
+				// called after that call, which may have been for a new
+				// event nobody acted on.
+				dec.Overrun = me.prev.unseen && me.prev.events == events && w.owner != 0
+				dec.heirUnseen, dec.recordedKey = dec.Overrun, w.key
 			case handOver:
 				n.owner, n.heir = w.heir, 0
 				dec.HandedOver = true
@@ -349,6 +382,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				d.recordAct()
 			}
 			dec.saw = sighting{}
+			if unseen {
+				dec.saw = sighting{unseen: true, events: events}
+			}
 			return dec
 		}
 	}

@@ -164,6 +164,7 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 		var pendingHeir uint16
 		appendAt := -1
 		declared, dropped, tookOver := 0, false, false
+		falseAlarms := 0
 		var recorded, prevKey uint32 // the last key recorded before the drop; the previous event's
 		for i := 0; i < events; i++ {
 			if pendingHeir == 0 && rng.Intn(3) == 0 {
@@ -201,14 +202,21 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 			for k, j := range order {
 				tags[k] = chain[j]
 			}
-			for _, tag := range tags {
+			for k, tag := range tags {
 				before, _, _ := d.readCut()
-				dec := d.decide(tag, key, kind, caller{mayTakeOver: tag == standby, events: kind, prev: saw[tag]})
+				prev, called := saw[tag]
+				dec := d.decide(tag, key, kind, caller{mayTakeOver: tag == standby, events: kind, prev: prev, called: called})
 				saw[tag] = dec.saw
 				after, _, _ := d.readCut()
 				trace = append(trace, fmt.Sprintf("event %d key %d conn %d: %+v -> act %v promoted %v doubt %v overrun %v -> %+v",
 					i, key, tag, before, dec.Act, dec.Promoted, dec.InDoubt, dec.Overrun, after))
-				if dec.Overrun {
+				if dec.heirUnseen && slices.Contains(tags[k+1:], before.owner) {
+					// A false alarm: the heir's ambiguous first call was the
+					// second of the owner's event, and the runtime now calls
+					// the heir before the owner (real runtimes keep the
+					// order; this test does not).
+					falseAlarms++
+				} else if dec.Overrun {
 					declared++
 					tookOver = true
 				}
@@ -252,7 +260,8 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 			prevKey = key
 		}
 		if declared > 1 || !dropped && declared != 0 {
-			t.Fatalf("run %d: %d overruns declared (dropped: %v, at event %d of %d)", run, declared, dropped, faultAt, events)
+			t.Fatalf("run %d: %d overruns declared, %d false alarms (dropped: %v, at event %d of %d)\n%s",
+				run, declared, falseAlarms, dropped, faultAt, events, strings.Join(trace, "\n"))
 		}
 	}
 }
@@ -442,5 +451,85 @@ func TestCutReleaseBetweenTheCallsOfOneEvent(t *testing.T) {
 	}
 	if w, _, _ := d.readCut(); w.owner != standby {
 		t.Fatalf("register owner %d after event 3, want the standby %d", w.owner, standby)
+	}
+}
+
+// TestCutHeirCalledAloneWithTheOwnersLastKey: the owner acts on an event
+// before its heir is appended; the runtime drops the owner; the next event
+// has the same key and reaches the heir alone, which takes it for the
+// second call of the owner's (rule 1) and skips it. At the event after,
+// the heir takes over (rule 2) and must declare that event in doubt: the
+// owner was not called after it (model finding C6, cut-x14; before, it was
+// lost unsaid). With the owner alive and called after the heir, as
+// runtimes do, nothing is declared.
+func TestCutHeirCalledAloneWithTheOwnersLastKey(t *testing.T) {
+	const kind = 1 << 3
+	for _, dropped := range []bool{true, false} {
+		d, owner, _ := newCutForTest(t, kind)
+		heir := d.newConnTag()
+		d.setHeirEvents(kind)
+		d.updateCut(func(w *cutWord) bool { w.heir = heir; return true })
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 0: the owner did not act")
+		}
+		d.finish(owner, 1)
+		// Event 1, key 1 again; the heir is now in the chain (called first
+		// or alone, its first call).
+		dec := d.decide(heir, 1, kind, caller{events: kind})
+		if dec.Act || !dec.saw.unseen {
+			t.Fatalf("event 1: the heir's first call with the owner's last key: %+v", dec)
+		}
+		prev := dec.saw
+		if !dropped {
+			if !d.decide(owner, 1, kind, caller{events: kind, called: true}).Act {
+				t.Fatal("event 1: the owner, called after the heir, did not act on the new event")
+			}
+			d.finish(owner, 1)
+		}
+		// Event 2, another key: the heir first.
+		dec = d.decide(heir, 2, kind, caller{events: kind, called: true, prev: prev})
+		if !dec.Act || !dec.Promoted {
+			t.Fatalf("dropped %v, event 2: the heir did not take over: %+v", dropped, dec)
+		}
+		if dec.Overrun != dropped || dec.heirUnseen != dropped || dropped && dec.recordedKey != 1 {
+			t.Fatalf("dropped %v, event 2: event 1 declared %v (key %d), want %v", dropped, dec.Overrun, dec.recordedKey, dropped)
+		}
+	}
+}
+
+// TestCutOutrightTakeKeepsTheHeirsSighting: an heir called for the owner's
+// last event (rule 1, seen) takes the register outright once the owner
+// has left (PromoteWhenIdle's "predecessor gone"); the next event has the
+// same key and must be acted on: before, the take cleared the sighting and
+// the heir, unseen, skipped it as the second call of the owner's (model
+// finding C9, cut-x15). An heir that was not called for that event cannot
+// tell a new event with its key from it: it declares it.
+func TestCutOutrightTakeKeepsTheHeirsSighting(t *testing.T) {
+	const kind = 1 << 3
+	for _, calledForIt := range []bool{true, false} {
+		d, owner, _ := newCutForTest(t, kind)
+		heir := d.newConnTag()
+		d.setHeirEvents(kind)
+		d.updateCut(func(w *cutWord) bool { w.heir = heir; return true })
+		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{heir: kind}, dropped: map[uint16]bool{},
+			sightings: map[uint16]sighting{}, mainTag: heir}
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		if calledForIt && d.decide(heir, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the heir acted beside the owner")
+		}
+		release(d, owner)
+		c.mu.Lock()
+		c.takeCutLocked(false)
+		c.mu.Unlock()
+		dec := d.decide(heir, 1, kind, caller{events: kind, called: calledForIt})
+		if calledForIt && (!dec.Act || dec.InDoubt) {
+			t.Fatalf("event 2 (key 1 again), the heir seen for event 1: not acted on: %+v", dec)
+		}
+		if !calledForIt && (dec.Act || !dec.InDoubt || !dec.unseenMark) {
+			t.Fatalf("event 1 or 2 (key 1), the heir unseen for event 1: want it declared in doubt, not acted on: %+v", dec)
+		}
 	}
 }

@@ -90,8 +90,9 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
+	prev, called := c.sightings[tag]
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
+		events: c.conns[tag], prev: prev, called: called, releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
@@ -113,18 +114,28 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	case d.took && me.releaser:
 		// Back for an event nobody took; given up again at Finish.
 		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
+	case d.heirUnseen:
+		// An heir's ambiguous first call was not followed by the owner's
+		// (a gap declared from the same takeover covers that event).
+		if gap.gapSince.IsZero() {
+			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
+				Warn("in doubt: the owner was not called after this connection's first event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
+			c.countInDoubt()
+		}
+		c.catchUp()
 	case d.Overrun:
 		c.tookOverFromOverrun(tag, d)
+	case d.unseenMark:
+		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
+			Warn("in doubt: this event has the key of the one the leaving owner acted on last, before this connection took over unseen")
+		c.countInDoubt()
 	case d.took:
 		c.log.WithField("conn", tag).Warn("nobody owned the plugin's events (the owner left without a successor seen); taking over")
 		c.followTakeover()
 	case d.InDoubt && d.Promoted:
 		// An heir after a release, with the recorded key (cut.go, case 1).
 		c.log.WithField("conn", tag).Warn("in doubt: the owner left after the event with this key; taking over")
-		c.inDoubt.Add(1)
-		if c.cfg.OnInDoubt != nil {
-			c.cfg.OnInDoubt()
-		}
+		c.countInDoubt()
 		c.catchUp()
 	}
 	// The first act of a connection: it was promoted now, or its
@@ -147,10 +158,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
 	c.log.WithFields(logrus.Fields{"conn": tag, "this_event": d.InDoubt}).
 		Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
-	c.inDoubt.Add(1)
-	if c.cfg.OnInDoubt != nil {
-		c.cfg.OnInDoubt()
-	}
+	c.countInDoubt()
 	if c.currentRole() == api.Role_ROLE_OWNER {
 		// An heir, owner by its claim: the event in doubt may be a
 		// CreateContainer the runtime completed without this plugin.
@@ -158,6 +166,15 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
 		return
 	}
 	c.followTakeover() // the promotion catches up
+}
+
+// countInDoubt counts an event declared in doubt (Stats.InDoubt, the
+// metric); call without mu.
+func (c *Coordinator) countInDoubt() {
+	c.inDoubt.Add(1)
+	if c.cfg.OnInDoubt != nil {
+		c.cfg.OnInDoubt()
+	}
 }
 
 // catchUp asks the harness for a catch-up (see Config.OnPromoted): the
@@ -309,7 +326,13 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		default:
 			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
 			w.inDoubt = w.inDoubt || t.inDoubt
-			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, false, false
+			// An heir taking over keeps its sighting of the recorded event
+			// (model finding C9). Unseen after a release, the recorded event
+			// may be one the owner acted on and this connection is still to
+			// be called for, or a new one with its key: rule 1 declares it.
+			seen := w.heir == tag && w.heirSeen
+			w.inDoubt = w.inDoubt || !seen && w.acted && w.owner == 0
+			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, seen, false
 			outright = true
 		}
 		return true
@@ -347,10 +370,7 @@ func (c *Coordinator) reportInDoubt(t cutTaken) {
 	}
 	c.log.WithFields(logrus.Fields{"event_key": t.prev.key, "from_conn": t.prev.owner}).
 		Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
-	c.inDoubt.Add(1)
-	if c.cfg.OnInDoubt != nil {
-		c.cfg.OnInDoubt()
-	}
+	c.countInDoubt()
 }
 
 // giveBackCut undoes takeCutLocked for a claim that did not settle as
