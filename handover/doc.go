@@ -11,6 +11,58 @@
 // a plugin takes part in it through package plugin, an operator looks at
 // it with the nri-handover command (status, probe).
 //
+// # Guarantees
+//
+// For a runtime that serializes events and calls each connected plugin at
+// most once per event (containerd and CRI-O, through containerd/nri's
+// adaptation), with or without BlockPluginSync around any event:
+//
+//   - every event is acted on by exactly one instance while the instances
+//     live: across handovers, rollbacks and reconnections, including events
+//     delivered between a newcomer's Synchronize and its append to the
+//     chain;
+//   - a newcomer whose Synchronize fails, hangs or is refused changes
+//     nothing: the owner never stops acting;
+//   - a stopping owner acts until its successor acts (up to the leave
+//     timeout) and disconnects only when no request to it is in flight.
+//
+// # What is not guaranteed
+//
+//   - Events while no instance runs (the only instance was killed, or the
+//     runtime restarted) are acted on by nobody; a container created then is
+//     handed to the next owner's Synchronize as unprocessed (Stats.CaughtUp).
+//   - An event the owner was inside of when it died is in doubt: acted on
+//     at most once by default, at least once with plugin.WithAtLeastOnce;
+//     it is logged and counted either way.
+//   - A frozen or stuck owner (SIGSTOP, a handler that never returns)
+//     holds up the event it was called for until the runtime's request
+//     timeout; the runtime drops it, and a live standby or fallback takes
+//     over at the next event it is called for (the per-event cut's rules 3 and 4, docs/design.md), or
+//     at the one after if the two have the same key: the event the owner
+//     held is declared in doubt, and the survivor catches up. Without a
+//     live standby, events until the owner thaws and reconnects are lost.
+//   - Rule 4 reads "the owner subscribes to this event and was not called
+//     for it" as "the runtime dropped it". A plugin of another name with
+//     the same index, called between the two instances, that fails the
+//     request also keeps the owner from being called: the standby then
+//     takes over needlessly (no event is acted on twice).
+//   - Two events in a row with the same key (the same kind for the same
+//     object, e.g. two identical UpdateContainer requests, or a 24-bit
+//     hash collision) around a handover whose owner the runtime drops at
+//     that moment: the second one is declared in doubt by the heir at its
+//     next event, not acted on (docs/design.md, "A shared key"). The same declaration
+//     is a false alarm if the runtime reorders its calls between the two
+//     events.
+//   - A runtime that calls only the newest connection of a name and index
+//     (containerd/nri PR 281): an older standby is not called while the
+//     newest is connected, and is called (and takes over, rule 4) once it
+//     is not; the event it disconnected in is in doubt.
+//
+// docs/design.md states them runtime by runtime; docs/model.md lists what
+// the Promela models check.
+//
+// # Policies
+//
 // A custom policy is any type with Policy's two methods:
 //
 //	type sameMajor struct{}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -30,7 +31,11 @@ func (l *nriLines) Levels() []logrus.Level { return logrus.AllLevels }
 func (l *nriLines) Fire(e *logrus.Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.lines = append(l.lines, e.Time.Format("15:04:05.000000")+" "+e.Level.String()+": "+e.Message)
+	line := e.Time.Format("15:04:05.000000") + " " + e.Level.String() + ": " + e.Message
+	if err, ok := e.Data[logrus.ErrorKey]; ok {
+		line += fmt.Sprintf(" [err=%v]", err)
+	}
+	l.lines = append(l.lines, line)
 	return nil
 }
 
@@ -45,6 +50,17 @@ func (l *nriLines) count(s string) int {
 		}
 	}
 	return n
+}
+
+// errors returns how many lines so far are errors, but for ttrpc's server
+// loop reading its receive channel after it closed: in ttrpc v1.2.10
+// (server.go) the receiving goroutine closes that channel when it returns
+// on shutdown, and the loop logs the nil it then reads as "error receiving
+// message" with a nil error. A race inside ttrpc as a connection shuts
+// down, not a failure (seen about once in 200 runs of these tests under
+// load; CI failed on it once).
+func (l *nriLines) errors() int {
+	return l.count("error: ") - l.count("error: error receiving message [err=<nil>]")
 }
 
 // recordNRILog makes the adaptation's log lines go to the returned record
@@ -173,7 +189,7 @@ func TestQuietStopLeavesTheRuntimeNothingToFail(t *testing.T) {
 			t.Fatalf("round %d: CreateContainer after the stop: %v", i, err)
 		}
 	}
-	if n := rec.count("failed to synchronize") + rec.count("error: "); n > 0 {
+	if n := rec.count("failed to synchronize") + rec.errors(); n > 0 {
 		t.Fatalf("the runtime logged %d failures:\n%s", n, strings.Join(rec.lines, "\n"))
 	}
 }
@@ -213,7 +229,7 @@ func TestRuntimeMarksAClosedConnectionFirst(t *testing.T) {
 		}
 		p.disconnect(c)
 	}
-	if n := rec.count("error: "); n > 0 {
+	if n := rec.errors(); n > 0 {
 		t.Fatalf("the runtime logged %d errors:\n%s", n, strings.Join(rec.lines, "\n"))
 	}
 }

@@ -52,6 +52,13 @@
 //     the same index, called between the two instances, that fails the
 //     request also keeps the owner from being called: the standby then
 //     takes over needlessly (no event is acted on twice).
+//   - Two events in a row with the same key (the same kind for the same
+//     object, e.g. two identical UpdateContainer requests, or a 24-bit
+//     hash collision) around a handover whose owner the runtime drops at
+//     that moment: the second one is declared in doubt by the heir at its
+//     next event, not acted on (cut.go, sighting). The same declaration
+//     is a false alarm if the runtime reorders its calls between the two
+//     events.
 //   - A runtime that calls only the newest connection of a name and index
 //     (containerd/nri PR 281): an older standby is not called while the
 //     newest is connected, and is called (and takes over, rule 4) once it
