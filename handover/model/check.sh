@@ -209,9 +209,13 @@ broken=(
 # The per-event cut (cut.pml; docs/model.md "The per-event cut"). The
 # cut-* "must hold" runs check the algorithm with the three fixes the model
 # needs (FIX_*); the cut-x* runs are its findings: each must still report the
-# violation of the assertion containing the given text.
+# violation of the assertion containing the given text (a fixed finding's
+# run checks the code without its fix, NO_*/no FIX_*, next to a must-hold
+# run with it).
 fx="-DFIX_QUIET_BIT -DFIX_CLAIM_CLEARS_SEEN -DFIX_FAIL_RESTORES"
 rx="$fx -DRULES -DWINDOW -DNOREPEAT -DFIX_MASK -DFIX_R5"
+x14="-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP"
+x15="-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE"
 cut_correct=(
 	"cut-two-newcomers|-DNEV=3 $fx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DCHECK_HEIR||22|3 events, newcomer 1 and 2 each succeed or fail, in any order, idle rule, retired owner closes"
 	"cut-second-fails|-DNEV=4 $fx -DN2 -DFAIL1 -DCLOSE -DCHECK_HEIR||20|4 events, a 2nd newcomer that fails, at any time: no miss, newcomer 1 stays heir or owner"
@@ -240,6 +244,12 @@ cut_correct=(
 	"cut-released-orderly|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER|-O1|20|caller.releaser: A releases between S's and its own call of an event and takes it; nothing is declared skipped"
 	"cut-released-orderly-heir|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DDISC_BETWEEN -DCHECK_RELEASER||22|as cut-released, A disconnects between events: nothing declared skipped"
 	"cut-released-repeat|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN|-O1|20|caller.releaser with repeated keys (no NOREPEAT): an event with the key A acted on last is declared in doubt, not missed"
+	# C6 and C9 as fixed in 0384538, with repeated keys (no NOREPEAT); both
+	# fixes assume the runtime calls the connections in the chain's order
+	# (INORDER: A, S, then N1; cut-x22, cut-x23 show why). $x14, $x15: the
+	# configurations of those findings.
+	"cut-shared-key|$x14 -DINORDER -DNO_IDLE|-O1|22|C6: A dropped between events, the next with its last key reaches N1 first (its first call, rule 1 skips it): declared at N1's rule-2 takeover (heirUnseen); no idle rule (cut-x20)"
+	"cut-gone-repeat|$x15 -DINORDER||22|C9: A releases, N1's gone path takes the register keeping its sighting; unseen, the event with the recorded key is declared in doubt by rule 1"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
 # (-O1: the searches of the small runs take less than compiling them)
@@ -259,9 +269,14 @@ cut_broken=(
 	"cut-x11-release-mid-event|-DNEV=4 ${rx/-DFIX_R5/} -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[e]<=1|C5: rule 5 as before the fix: the owner acts, releases, the standby called next for the same event acts again: duplicate"
 	"cut-x12-mask-window|-DNEV=3 ${rx/-DFIX_MASK/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C8: the owner mask as before the fix: an heir that promotes itself and freezes before it stores its mask disables rule 4"
 	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|acts[j]>=1|C7: the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
-	"cut-x14-shared-key|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C6: after the owner silently dropped, an event with its last key: the heir skips it (rule 1), S cannot tell: missed, not declared"
-	"cut-x15-gone-unseen|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DSTANDBY -DRELEASE -DGONE|-O1|22|acts[j]>=1|C9: the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
+	"cut-x14-shared-key|$x14 -DINORDER -DNO_IDLE -DNO_HEIR_UNSEEN|-O1|22|acts[j]>=1|C6 as before 0384538 (NO_HEIR_UNSEEN; cut-shared-key without the fix): after the owner silently dropped, an event with its last key: the heir's first call skips it (rule 1), S cannot tell: missed, not declared"
+	"cut-x15-gone-unseen|$x15 -DINORDER -DNO_GONE_SEEN|-O1|22|acts[j]>=1|C9 as before 0384538 (NO_GONE_SEEN; cut-gone-repeat without the fix): the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
 	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
+	# what 0384538 leaves of C6 and C9
+	"cut-x20-idle-unseen|$x14 -DINORDER|-O1|22|acts[j]>=1|C6 left: A dropped, N1's first call skips an event with A's last key (rule 1), N1's idle rule promotes it: owner at the next event, nothing declares the skipped one"
+	"cut-x21-unseen-retry|$x14 -DINORDER -DFIX_IDLE_UNSEEN|-O1|22|acts[j]>=1|C6 left, idle promotion held off (FIX_IDLE_UNSEEN): N1's rule-2 CAS fails once (its idle re-arm), the retry compares the counter with its own count in it: not declared (FIX_UNSEEN_RETRY holds)"
+	"cut-x22-unseen-flipped|$x14 -DNO_IDLE|-O1|22|acts[j]>=1|C6 left, the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
+	"cut-x23-gone-flipped|-DNEV=2 ${rx/-DNOREPEAT/} -DRELEASE -DGONE|-O1|20|acts[j]>=1|C9 left, N1 called before A: N1 skips an event with A's last key (rule 1, seen), A releases, the gone take keeps the seen bit, A skips: missed, not declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"

@@ -79,7 +79,11 @@
  *            never (NO_LATE);
  *   DROP     the runtime drops the owner's connection between events;
  *   RELEASE  connection 0 leaves (releaseCut, left, disconnect), GONE adds
- *            the heir's PromoteWhenIdle "predecessor gone" takeover.
+ *            the heir's PromoteWhenIdle "predecessor gone" takeover
+ *            (takeCutLocked outright: it keeps the heir's seen bit as
+ *            ownerSeen and, unseen after a release, marks the register
+ *            in doubt, which rule 1 declares, C9, 0384538; NO_GONE_SEEN,
+ *            broken: ownerSeen 0, as before).
  *            Once its release succeeded, connection 0 is a releaser
  *            (caller.releaser, commit bb7709f) until it disconnects:
  *            rule 5 applies to it as if it may take over, and after it
@@ -96,12 +100,23 @@
  * event acted on or declared (decl: the ghost record of what rules 3-5
  * and the heir's release case declare, by event); with ALO every event
  * declared in doubt is acted on; CHECK_PROMPT: no event left to rule 4.
+ * C6 (0384538, caller.called, sighting.unseen): an heir whose first call
+ * skips by rule 1 an event with the recorded key, acted on, keeps an
+ * "unseen" sighting with the counter; if its next call is rule 2 as heir,
+ * with the counter unchanged and an owner (not released), that event is
+ * declared in doubt (heirUnseen; the ghost decl of the event it skipped;
+ * with the runtime calling the heir before the owner this may be a false
+ * alarm, never a miss). NO_HEIR_UNSEEN (broken): as before.
  * Proposed fixes and assumptions of the must-hold runs: FIX_MASK,
  * FIX_R5 (in the code since), WINDOW (rule 4's declaration covers the
  * events since the owner's last recorded one), NOREPEAT (no event with
  * the key of the one before it), FAULT_NO_GAP (no fault while the
- * newcomer is between Synchronize and append); FIX_GONE_SEEN (proposed,
- * not in the code). Broken: NO_RULE3, NO_RULE4, NO_RULE5.
+ * newcomer is between Synchronize and append), INORDER (the runtime calls
+ * the chain in its order: A, S, then the newcomers). Proposed, not in the
+ * code (C6): FIX_IDLE_UNSEEN (no idle promotion while the heir's unseen
+ * sighting stands: the next event decides), FIX_UNSEEN_RETRY (rule 2's
+ * comparison discounts the counts of the call's own failed CASes).
+ * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN.
  *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
@@ -194,6 +209,11 @@ byte sown[NC];
 byte scnt[NC];
 byte sev[NC];
 bit mt[NC];
+/* C6 (0384538): an heir's sighting "unseen" (its first call was rule 1's
+ * ambiguous skip; scnt and sev hold its events counter and ghost event,
+ * sgv is 0: not valid), and caller.called (decide ran for it before) */
+bit suns[NC];
+bit called[NC];
 byte decl[NEVT];
 byte faults = 0;
 byte ndecl = 0;
@@ -354,7 +374,7 @@ inline call(c, e, k) {
 			if
 			:: plan == P_SKIP ->
 				/* no write; what it saw, for its next call */
-				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e;
+				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; suns[c] = 0; called[c] = 1;
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
@@ -367,7 +387,15 @@ inline call(c, e, k) {
 			:: else
 			fi;
 			if
-			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
+			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c);   /* load again */
+#ifdef FIX_UNSEEN_RETRY
+				if
+				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> own++
+				:: else
+				fi
+#else
+				skip
+#endif
 			:: else ->
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
@@ -411,13 +439,42 @@ inline call(c, e, k) {
 						fi;
 						Wacted = 1; Wdone = 0; act = 1
 					:: !(isH && Wacted && Wowner == 0) && Wacted && isO && WiD ->
-						/* InDoubt for the owner: the adapter acts with at-least-once */
-						act = ALOV; decl[e] = decl[e] | 1
-					:: !(isH && Wacted && Wowner == 0) && Wacted && !(isO && WiD)
+						/* InDoubt for the owner: the adapter acts with
+						 * at-least-once; done: the mark of an outright take
+						 * after a release (C9, unseenMark), counted here */
+						act = ALOV; decl[e] = decl[e] | 1;
+						if
+						:: Wdone -> ndecl++
+						:: else
+						fi
+					:: !(isH && Wacted && Wowner == 0) && Wacted && !(isO && WiD) ->
+#ifndef NO_HEIR_UNSEEN
+						/* C6 (0384538): the ambiguous skip at an heir's first
+						 * call: the sighting "unseen" with the counter (set
+						 * below, after the common clearing) */
+						if
+						:: isH && !called[c] -> uns = 1
+						:: else
+						fi
+#else
+						skip
+#endif
 					fi
 				:: plan == P_C2 ->
 					if
 					:: isH ->
+#ifndef NO_HEIR_UNSEEN
+						/* C6 (0384538): its previous call was its first, the
+						 * ambiguous skip of rule 1, nothing recorded since and
+						 * the owner did not release: that event is declared
+						 * (Overrun, heirUnseen) */
+						if
+						:: suns[c] && scnt[c] == ev0 - own && Wowner != 0 ->
+							decl[sev[c]] = decl[sev[c]] | 1; ndecl++;
+							printf("MSC: e%d conn %d: heir unseen at e%d, declared\n", e, c, sev[c])
+						:: else
+						fi;
+#endif
 						Wowner = tag(c); Wheir = 0; WoS = 1; Wacted = 1; act = 1
 					:: !isH && isO && Wheir != 0 && WhS && Wkey != k ->
 						/* hand over; the new owner acts when called */
@@ -435,12 +492,19 @@ inline call(c, e, k) {
 				:: else
 				fi;
 				sgv[c] = 0;   /* decide returns no sighting */
+				suns[c] = 0; called[c] = 1;
+				if
+				:: uns ->
+					/* C6: unseen, with the counter it loaded */
+					suns[c] = 1; scnt[c] = ev0; sev[c] = e
+				:: else
+				fi;
 				printf("MSC: e%d k%d conn %d plan %d act %d -> owner %d heir %d key %d oS %d hS %d acted %d done %d inDoubt %d events %d\n", e, k, c, plan, act, Wowner, Wheir, Wkey, WoS, WhS, Wacted, Wdone, WiD, evcount);
 				break
 			fi
 		   }
 		od;
-		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0; rls = 0;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; uns = 0; ev0 = 0; rls = 0; own = 0;
 		if
 		:: act ->
 			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
@@ -575,7 +639,8 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	bit isO, isH, seen;
+	byte own;   /* FIX_UNSEEN_RETRY: the counts of this call's failed CASes */
+	bit isO, isH, seen, uns;   /* uns: C6's unseen sighting, to be returned */
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -613,10 +678,19 @@ proctype Runtime() {
 		:: else ->
 			atomic {
 				if
+#ifdef INORDER
+				/* the runtime calls in the chain's order (A and S from the
+				 * start, then the newcomers as appended) */
+				:: pending & 1 -> cc = 0
+				:: !(pending & 1) && (pending & 8) -> cc = 3
+				:: !(pending & 9) && (pending & 2) -> cc = 1
+				:: !(pending & 11) && (pending & 4) -> cc = 2
+#else
 				:: pending & 1 -> cc = 0
 				:: pending & 2 -> cc = 1
 				:: pending & 4 -> cc = 2
 				:: pending & 8 -> cc = 3
+#endif
 				fi;
 				pending = pending & ~(1 << cc); calling = cc;
 #ifdef RELEASE
@@ -736,6 +810,11 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 	fi
 }
 
+#if defined(RULES) && defined(FIX_IDLE_UNSEEN)
+#define IDLE_UNSEEN(c) (suns[c] && scnt[c] == evcount && Wowner != 0)
+#else
+#define IDLE_UNSEEN(c) 0
+#endif
 /* The idle rule of a newcomer whose Synchronize returned. */
 proctype Idle(byte c) {
 	byte sO, sH, sK, cnt;
@@ -801,7 +880,13 @@ proctype Idle(byte c) {
 #endif
 		atomic {
 			if
-			:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD ->
+#if defined(RULES) && defined(FIX_IDLE_UNSEEN)
+			/* proposed (C6): no idle promotion while its last call was the
+			 * ambiguous first skip and nothing was recorded since: the next
+			 * event decides (rule 2 declares it, or the owner hands over) */
+			:: IDLE_UNSEEN(c) -> goto next
+#endif
+			:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && !IDLE_UNSEEN(c) ->
 				PROMOTE(tag(c));
 #ifdef RULES
 				prom = 1;
@@ -825,12 +910,14 @@ next:		skip
 			if
 			:: Wowner != tag(c) ->
 				WiD = WiD || (Wacted && !Wdone && Wowner != 0);
-#ifdef FIX_GONE_SEEN
-				/* proposed: keep the heir's seen bit; unseen after a release:
-				 * the recorded event is in doubt for it (as decide's rule 1) */
+#ifndef NO_GONE_SEEN
+				/* C9 (0384538): keep the heir's seen bit; unseen after a
+				 * release, the recorded event is in doubt for it (rule 1
+				 * declares it) */
 				WoS = (Wheir == tag(c) && WhS);
 				WiD = WiD || (!WoS && Wacted && Wowner == 0);
 #else
+				/* broken: as before 0384538, ownerSeen 0 */
 				WoS = 0;
 #endif
 				Wowner = tag(c); Wheir = 0; WhS = 0
