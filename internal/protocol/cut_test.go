@@ -282,6 +282,17 @@ func newCutForTest(t *testing.T, kind uint64) (d *Dir, owner, standby uint16) {
 	return d, owner, standby
 }
 
+// newCutWithHeirForTest is newCutForTest with a third connection as heir
+// (claimed, subscribing to kind), instead of a standby.
+func newCutWithHeirForTest(t *testing.T, kind uint64) (d *Dir, owner, heir uint16) {
+	t.Helper()
+	d, owner, _ = newCutForTest(t, kind)
+	heir = d.newConnTag()
+	d.setHeirEvents(kind)
+	d.updateCut(func(w *cutWord) bool { w.heir = heir; return true })
+	return d, owner, heir
+}
+
 // release is releaseCut's swap for the owner connection tag.
 func release(d *Dir, tag uint16) {
 	d.updateCut(func(w *cutWord) bool {
@@ -465,10 +476,7 @@ func TestCutReleaseBetweenTheCallsOfOneEvent(t *testing.T) {
 func TestCutHeirCalledAloneWithTheOwnersLastKey(t *testing.T) {
 	const kind = 1 << 3
 	for _, dropped := range []bool{true, false} {
-		d, owner, _ := newCutForTest(t, kind)
-		heir := d.newConnTag()
-		d.setHeirEvents(kind)
-		d.updateCut(func(w *cutWord) bool { w.heir = heir; return true })
+		d, owner, heir := newCutWithHeirForTest(t, kind)
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 			t.Fatal("event 0: the owner did not act")
 		}
@@ -507,10 +515,7 @@ func TestCutHeirCalledAloneWithTheOwnersLastKey(t *testing.T) {
 func TestCutOutrightTakeKeepsTheHeirsSighting(t *testing.T) {
 	const kind = 1 << 3
 	for _, calledForIt := range []bool{true, false} {
-		d, owner, _ := newCutForTest(t, kind)
-		heir := d.newConnTag()
-		d.setHeirEvents(kind)
-		d.updateCut(func(w *cutWord) bool { w.heir = heir; return true })
+		d, owner, heir := newCutWithHeirForTest(t, kind)
 		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{heir: kind}, dropped: map[uint16]bool{},
 			sightings: map[uint16]sighting{}, mainTag: heir}
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
