@@ -19,6 +19,8 @@
 //	NRI_HANDOVER_E2E_CONTAINERD  containerd version to build (default v2.2.9)
 //	NRI_HANDOVER_E2E_KEEP=1      keep the temporary directory (logs, ledgers) after the run
 //	NRI_HANDOVER_E2E_BENCH_OUT   file to write the benchmark's markdown table to
+//	NRI_HANDOVER_E2E_BENCH_ROUNDS rounds of the latency benchmark (default 5)
+//	NRI_HANDOVER_E2E_BENCHSTAT_OUT file to write every container's latency to, in Go's benchmark format (make bench-e2e)
 //	NRI_HANDOVER_SKIP_E2E=1      make test-e2e skips the suite (run.sh)
 //
 // The harnessed plugins run with the race detector in the functional tests;

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,19 +21,37 @@ import (
 // TestLatencyBenchmark measures CreateContainer+StartContainer through CRI,
 // side by side in one run: with no plugin, with the audit logic on the bare
 // NRI stub, and with the audit plugin on the harness. The configurations
-// take turns in rounds so that drift of the machine hits all alike.
+// take turns in rounds so that drift of the machine hits all alike, and
+// the harness is compared with the bare stub round by round (a paired
+// comparison: the ratio of their medians in each round), which the
+// machine's drift between rounds does not blur.
+//
+// NRI_HANDOVER_E2E_BENCH_ROUNDS sets the number of rounds (default 5);
+// NRI_HANDOVER_E2E_BENCHSTAT_OUT names a file that receives every
+// container's latency in Go's benchmark format, one configuration per
+// value of /plugin, for benchstat (`make bench-e2e`).
 func TestLatencyBenchmark(t *testing.T) {
 	n := newNode(t)
 	e := n.e
-	const rounds, perRound, warmup = 5, 25, 2
+	const perRound, warmup = 25, 2
+	rounds := 5
+	if v := os.Getenv("NRI_HANDOVER_E2E_BENCH_ROUNDS"); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 {
+			t.Fatalf("NRI_HANDOVER_E2E_BENCH_ROUNDS=%q: want a whole number of rounds, at least 1", v)
+		}
+		rounds = r
+	}
 	type config struct {
 		name  string
-		start func() func() // starts the plugin; returns its stop
-		lat   []time.Duration
+		key   string          // its /plugin value in the benchstat file
+		start func() func()   // starts the plugin; returns its stop
+		lat   []time.Duration // every measured container, in order
+		round []time.Duration // the median of each round
 	}
 	configs := []*config{
-		{name: "no plugin", start: func() func() { return func() {} }},
-		{name: "audit on the bare NRI stub", start: func() func() {
+		{name: "no plugin", key: "none", start: func() func() { return func() {} }},
+		{name: "audit on the bare NRI stub", key: "bare", start: func() func() {
 			before := n.connectedPlugins()
 			cmd := e.startProc(t, filepath.Join(e.bin, "nri-audit-bare"), []string{"-name", "audit-bare", "-idx", pluginIdx,
 				"-nri-socket", e.nriSock, "-ledger", filepath.Join(n.dir, "ledger-bare")}, filepath.Join(n.dir, "bare.log"))
@@ -48,7 +68,7 @@ func TestLatencyBenchmark(t *testing.T) {
 				e.untrackProc(cmd)
 			}
 		}},
-		{name: "audit on the nri-handover harness", start: func() func() {
+		{name: "audit on the nri-handover harness", key: "harness", start: func() func() {
 			in := n.start(instanceOpts{version: "1.0.0", noRace: true})
 			in.mustOwn(t, ownerWithin)
 			return func() {
@@ -65,6 +85,7 @@ func TestLatencyBenchmark(t *testing.T) {
 		for k := range configs {
 			c := configs[(k+r)%len(configs)] // rotate who goes first
 			stop := c.start()
+			measured := len(c.lat)
 			p, err := e.cri.runPod(ctx, e.runID, "bench")
 			if err != nil {
 				t.Fatal(err)
@@ -103,6 +124,7 @@ func TestLatencyBenchmark(t *testing.T) {
 				t.Fatal(err)
 			}
 			stop()
+			c.round = append(c.round, percentile(c.lat[measured:], 50))
 		}
 		e.progress("benchmark: round %d of %d done", r+1, rounds)
 	}
@@ -121,6 +143,11 @@ func TestLatencyBenchmark(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %d | %v (%+v) | %v | %v |\n", c.name, len(c.lat), ms(med), ms(med-base),
 			ms(percentile(c.lat, 90)), ms(sum/time.Duration(len(c.lat))))
 	}
+	// Paired: harness against the bare stub, and the bare stub against no
+	// plugin, round by round.
+	bare, harness, none := configs[1], configs[2], configs[0]
+	fmt.Fprintf(&b, "\nPer round (paired, the same minutes of the machine): %s\n", pairedLine("harness / bare stub", harness.round, bare.round))
+	fmt.Fprintf(&b, "Per round: %s\n", pairedLine("bare stub / no plugin", bare.round, none.round))
 	machine := machineLine(ctx, e)
 	fmt.Fprintf(&b, "\nCreateContainer+StartContainer through CRI, one container at a time in one pod; %d rounds of %d containers per configuration, the configurations taking turns; %v in all.\n",
 		rounds, perRound, took.Round(time.Second))
@@ -131,6 +158,45 @@ func TestLatencyBenchmark(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	if out := os.Getenv("NRI_HANDOVER_E2E_BENCHSTAT_OUT"); out != "" {
+		var bs strings.Builder
+		fmt.Fprintf(&bs, "goos: %s\ngoarch: %s\npkg: github.com/nri-handover/nri-handover/test/e2e\nmachine: %s\n", runtime.GOOS, runtime.GOARCH, machine)
+		for _, c := range configs {
+			for _, d := range c.lat {
+				fmt.Fprintf(&bs, "BenchmarkCreateStart/plugin=%s 1 %d ns/op\n", c.key, d.Nanoseconds())
+			}
+		}
+		if err := os.WriteFile(out, []byte(bs.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// pairedLine describes the ratios a[i]/b[i] of two configurations' medians
+// in the same rounds: their median and range, and in how many rounds a
+// was the slower.
+func pairedLine(name string, a, b []time.Duration) string {
+	ratios := make([]float64, 0, len(a))
+	slower := 0
+	for i := range a {
+		if i >= len(b) || b[i] <= 0 {
+			break
+		}
+		ratios = append(ratios, float64(a[i])/float64(b[i]))
+		if a[i] > b[i] {
+			slower++
+		}
+	}
+	if len(ratios) == 0 {
+		return name + ": no rounds"
+	}
+	sort.Float64s(ratios)
+	med := ratios[len(ratios)/2]
+	if len(ratios)%2 == 0 {
+		med = (ratios[len(ratios)/2-1] + ratios[len(ratios)/2]) / 2
+	}
+	return fmt.Sprintf("%s median %.3f (range %.3f-%.3f over %d rounds; the first slower in %d of them)",
+		name, med, ratios[0], ratios[len(ratios)-1], len(ratios), slower)
 }
 
 func loadavg() string {
