@@ -250,6 +250,10 @@ cut_correct=(
 	# configurations of those findings.
 	"cut-shared-key|$x14 -DINORDER -DNO_IDLE|-O1|22|C6: A dropped between events, the next with its last key reaches N1 first (its first call, rule 1 skips it): declared at N1's rule-2 takeover (heirUnseen); no idle rule (cut-x20)"
 	"cut-gone-repeat|$x15 -DINORDER||22|C9: A releases, N1's gone path takes the register keeping its sighting; unseen, the event with the recorded key is declared in doubt by rule 1"
+	# cut-x21 fixed: the events counter counted once, after the CAS that
+	# landed; N1's rule-2 CAS fails once (its idle re-arm) and the retry
+	# still declares the event its first call skipped
+	"cut-unseen-retry|$x14 -DINORDER -DFIX_IDLE_UNSEEN|-O1|22|C6 as cut-x21 with the counter counted once per call: a rule-2 CAS that fails and is retried still declares the heir's unseen skip"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
 # (-O1: the searches of the small runs take less than compiling them)
@@ -274,7 +278,7 @@ cut_broken=(
 	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
 	# what 0384538 leaves of C6 and C9
 	"cut-x20-idle-unseen|$x14 -DINORDER|-O1|22|acts[j]>=1|C6 left: A dropped, N1's first call skips an event with A's last key (rule 1), N1's idle rule promotes it: owner at the next event, nothing declares the skipped one"
-	"cut-x21-unseen-retry|$x14 -DINORDER -DFIX_IDLE_UNSEEN|-O1|22|acts[j]>=1|C6 left, idle promotion held off (FIX_IDLE_UNSEEN): N1's rule-2 CAS fails once (its idle re-arm), the retry compares the counter with its own count in it: not declared (FIX_UNSEEN_RETRY holds)"
+	"cut-x21-unseen-retry|$x14 -DINORDER -DFIX_IDLE_UNSEEN -DCOUNT_EACH_TRY|-O1|22|acts[j]>=1|C6, the counter as before its fix (COUNT_EACH_TRY; cut-unseen-retry without it): N1's rule-2 CAS fails once (its idle re-arm), the retry compares the counter with its own count in it: not declared"
 	"cut-x22-unseen-flipped|$x14 -DNO_IDLE|-O1|22|acts[j]>=1|C6 left, the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
 	"cut-x23-gone-flipped|-DNEV=2 ${rx/-DNOREPEAT/} -DRELEASE -DGONE|-O1|20|acts[j]>=1|C9 left, N1 called before A: N1 skips an event with A's last key (rule 1, seen), A releases, the gone take keeps the seen bit, A skips: missed, not declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release

@@ -68,9 +68,9 @@
  * the code has them; docs/model.md "Takeovers: rules 3, 4 and 5"): decide
  * is modelled exactly, as a CAS loop: one step loads the word (and, for a
  * connection that neither owns nor inherits it, the events counter and
- * the owner mask, which only calls write), the next counts (newEvent) and
- * CASes, and a failed CAS (a concurrent claim, idle rule, release or late
- * finish) has counted too and loads again. Connection 3 (STANDBY) is a
+ * the owner mask, which only calls write), the next CASes and, if the CAS
+ * landed, counts (newEvent); a failed CAS (a concurrent claim, idle rule,
+ * release or late finish) loads again. Connection 3 (STANDBY) is a
  * live standby's connection in the chain from the start; mayTakeOver
  * holds for it, for the old owner until it leaves (NO_MT0: never) and
  * for a newcomer once its Synchronize returned. Faults (at most MAXF):
@@ -114,9 +114,10 @@
  * newcomer is between Synchronize and append), INORDER (the runtime calls
  * the chain in its order: A, S, then the newcomers). Proposed, not in the
  * code (C6): FIX_IDLE_UNSEEN (no idle promotion while the heir's unseen
- * sighting stands: the next event decides), FIX_UNSEEN_RETRY (rule 2's
- * comparison discounts the counts of the call's own failed CASes).
- * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN.
+ * sighting stands: the next event decides).
+ * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN,
+ * COUNT_EACH_TRY (the events counter counted before every CAS, a failed
+ * one too, as before the fix of cut-x21: a retry sees its own count).
  *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
@@ -380,23 +381,27 @@ inline call(c, e, k) {
 			:: else
 			fi
 		   }
-		   /* the counter (newEvent), then the CAS; a failed CAS has counted too */
+		   /* the CAS, then the counter (newEvent), counted once for the
+		    * CAS that landed (cut.go, since cut-x21; only calls read or
+		    * write the counter, and calls are serialized: nothing can come
+		    * between the two). COUNT_EACH_TRY (broken, the code before):
+		    * counted before every CAS, a failed one too */
 		   atomic {
+#ifdef COUNT_EACH_TRY
 			if
 			:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> evcount++
 			:: else
 			fi;
-			if
-			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c);   /* load again */
-#ifdef FIX_UNSEEN_RETRY
-				if
-				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> own++
-				:: else
-				fi
-#else
-				skip
 #endif
+			if
+			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
 			:: else ->
+#ifndef COUNT_EACH_TRY
+				if
+				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> evcount++
+				:: else
+				fi;
+#endif
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
 					if
@@ -469,7 +474,7 @@ inline call(c, e, k) {
 						 * the owner did not release: that event is declared
 						 * (Overrun, heirUnseen) */
 						if
-						:: suns[c] && scnt[c] == ev0 - own && Wowner != 0 ->
+						:: suns[c] && scnt[c] == ev0 && Wowner != 0 ->
 							decl[sev[c]] = decl[sev[c]] | 1; ndecl++;
 							printf("MSC: e%d conn %d: heir unseen at e%d, declared\n", e, c, sev[c])
 						:: else
@@ -504,7 +509,7 @@ inline call(c, e, k) {
 			fi
 		   }
 		od;
-		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; uns = 0; ev0 = 0; rls = 0; own = 0;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; uns = 0; ev0 = 0; rls = 0;
 		if
 		:: act ->
 			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
@@ -639,7 +644,6 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	byte own;   /* FIX_UNSEEN_RETRY: the counts of this call's failed CASes */
 	bit isO, isH, seen, uns;   /* uns: C6's unseen sighting, to be returned */
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif

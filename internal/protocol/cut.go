@@ -274,8 +274,8 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 					dec.InDoubt, dec.Act = true, me.atLeastOnce
 					w.inDoubt, w.done = true, !dec.Act
 				}
-				atomic.AddUint64(d.word(eventsOffset), 1)
-				if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+				if d.swapCut(reg, old, w) {
+					atomic.AddUint64(d.word(eventsOffset), 1) // counted once, for the swap that landed
 					d.storeOwnerEvents(tag, me.events)
 					d.recordAct()
 					dec.saw = sighting{}
@@ -368,10 +368,16 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			w = n
 		}
 		w.quiet = false
-		if newEvent {
-			atomic.AddUint64(d.word(eventsOffset), 1)
-		}
-		if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+		if d.swapCut(reg, old, w) {
+			if newEvent {
+				// Counted once, after the swap that landed: a failed swap
+				// (a claim, the idle rule, a release or a late finish in
+				// between) loads the counter again for its retry, which
+				// must find it as this call found it (model finding C6,
+				// cut-x21: counted before the swap, a retry saw its own
+				// count as a recorded event).
+				atomic.AddUint64(d.word(eventsOffset), 1)
+			}
 			switch {
 			case w.owner == tag:
 				d.storeOwnerEvents(tag, me.events) // for rule 4
@@ -388,6 +394,15 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			return dec
 		}
 	}
+}
+
+// swapCut is decide's compare-and-swap of the register; call with genMu
+// read-locked.
+func (d *Dir) swapCut(reg *uint64, old uint64, w cutWord) bool {
+	if d.beforeCutSwap != nil {
+		d.beforeCutSwap()
+	}
+	return atomic.CompareAndSwapUint64(reg, old, w.encode())
 }
 
 // finish records that tag's handler for the event with key returned.

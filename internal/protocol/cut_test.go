@@ -538,3 +538,64 @@ func TestCutOutrightTakeKeepsTheHeirsSighting(t *testing.T) {
 		}
 	}
 }
+
+// TestCutRetryKeepsTheEventsCounter: a swap of decide that fails (a
+// concurrent write of the register: here the idle rule's re-arm) is
+// retried; the retry must compare the events counter as the first try
+// did, and the event is counted once (model finding C6, cut-x21: counted
+// before each swap, the retry took its own count for an event recorded
+// since and declared nothing). Each case plays one comparison: the
+// heir's unseen first call (rule 2), a skipped owner (rule 4) and a
+// release before the owner's turn (rule 5).
+func TestCutRetryKeepsTheEventsCounter(t *testing.T) {
+	const kind = 1 << 3
+	failOnce := func(d *Dir) {
+		n := 0
+		d.beforeCutSwap = func() {
+			if n++; n == 1 {
+				d.updateCut(func(w *cutWord) bool { w.quiet = !w.quiet; return true })
+			}
+		}
+	}
+	check := func(t *testing.T, d *Dir, before uint64, dec Decision, what string) {
+		t.Helper()
+		if _, n, _ := d.readCut(); n != before+1 {
+			t.Errorf("events counter %d after the retried call, want %d (counted once)", n, before+1)
+		}
+		if !dec.Act || !dec.Promoted || !dec.Overrun {
+			t.Fatalf("after a failed swap: %s not declared: %+v", what, dec)
+		}
+	}
+	t.Run("heir-unseen", func(t *testing.T) {
+		d, owner, heir := newCutWithHeirForTest(t, kind)
+		d.decide(owner, 1, kind, caller{events: kind})
+		d.finish(owner, 1)
+		// Key 1 again: the heir's first call, alone (the owner dropped).
+		prev := d.decide(heir, 1, kind, caller{events: kind}).saw
+		_, n, _ := d.readCut()
+		failOnce(d)
+		dec := d.decide(heir, 2, kind, caller{events: kind, called: true, prev: prev})
+		check(t, d, n, dec, "the event the heir skipped unseen")
+	})
+	t.Run("skipped-owner", func(t *testing.T) {
+		d, owner, standby := newCutForTest(t, kind)
+		me := caller{mayTakeOver: true, events: kind}
+		d.decide(owner, 1, kind, caller{events: kind})
+		d.finish(owner, 1)
+		me.prev = d.decide(standby, 2, kind, me).saw // the owner dropped: not called
+		_, n, _ := d.readCut()
+		failOnce(d)
+		check(t, d, n, d.decide(standby, 3, kind, me), "the event the owner was not called for")
+	})
+	t.Run("released-before-its-turn", func(t *testing.T) {
+		d, owner, standby := newCutForTest(t, kind)
+		me := caller{mayTakeOver: true, events: kind}
+		d.decide(owner, 1, kind, caller{events: kind})
+		d.finish(owner, 1)
+		me.prev = d.decide(standby, 2, kind, me).saw
+		release(d, owner) // and it leaves before its call
+		_, n, _ := d.readCut()
+		failOnce(d)
+		check(t, d, n, d.decide(standby, 3, kind, me), "the event the releasing owner left before its turn in")
+	})
+}
