@@ -484,8 +484,8 @@ func TestCutHeirCalledAloneWithTheOwnersLastKey(t *testing.T) {
 		// Event 1, key 1 again; the heir is now in the chain (called first
 		// or alone, its first call).
 		dec := d.decide(heir, 1, kind, caller{events: kind})
-		if dec.Act || !dec.saw.unseen {
-			t.Fatalf("event 1: the heir's first call with the owner's last key: %+v", dec)
+		if w, _, _ := d.readCut(); dec.Act || !w.heirUnseen {
+			t.Fatalf("event 1: the heir's first call with the owner's last key: %+v, register %+v", dec, w)
 		}
 		prev := dec.saw
 		if !dropped {
