@@ -253,6 +253,10 @@ cut_correct=(
 	# C6 with the idle rule: the configuration of cut-x20 and cut-x21, with
 	# their fixes (the heir's unseen first call marked in the word, which
 	# holds the idle promotion off; the counter counted once per call)
+	# cut-x22's fix (every ambiguous skip of the heir marked, not only its
+	# first): the same without INORDER, without and with the idle rule
+	"cut-shared-key-flipped|$x14 -DNO_IDLE|-O1|22|C6 with the runtime calling in any order (N1 before A too): every ambiguous skip of N1 marked; the one after A's drop is declared at N1's rule-2 takeover"
+	"cut-shared-key-any-order|$x14||22|C6 in any order with N1's idle rule (held off while the mark stands)"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -279,7 +283,7 @@ cut_broken=(
 	# C6 and C9: the code before the fixes of cut-x20, cut-x21, and what is left
 	"cut-x20-idle-unseen|$x14 -DINORDER -DNO_IDLE_UNSEEN|-O1|22|acts[j]>=1|C6, the idle rule as before its fix (NO_IDLE_UNSEEN; cut-shared-key-idle without it): A dropped, N1's first call skips an event with A's last key (rule 1), N1's idle rule promotes it: owner at the next event, nothing declares the skipped one"
 	"cut-x21-unseen-retry|$x14 -DINORDER -DCOUNT_EACH_TRY|-O1|22|evcount==nrec|C6, the counter as before its fix (COUNT_EACH_TRY; cut-shared-key-idle without it): N1's rule-2 CAS fails once (its idle re-arm) and the event is counted twice (before the word mark, the retry took that count for an event recorded since: not declared)"
-	"cut-x22-unseen-flipped|$x14 -DNO_IDLE|-O1|22|acts[j]>=1|C6 left, the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
+	"cut-x22-unseen-flipped|$x14 -DNO_IDLE -DMARK_FIRST_ONLY|-O1|22|acts[j]>=1|C6, only N1's first skip marked as before its fix (MARK_FIRST_ONLY; cut-shared-key-flipped without it), the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
 	"cut-x23-gone-flipped|-DNEV=2 ${rx/-DNOREPEAT/} -DRELEASE -DGONE|-O1|20|acts[j]>=1|C9 left, N1 called before A: N1 skips an event with A's last key (rule 1, seen), A releases, the gone take keeps the seen bit, A skips: missed, not declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"

@@ -102,9 +102,9 @@
  * declared in doubt is acted on; CHECK_PROMPT: no event left to rule 4;
  * the events counter equals the number of new events recorded (each
  * counted once).
- * C6 (0384538, caller.called; the mark in the word since cut-x20): an
- * heir whose first call skips by rule 1 an event with the recorded key,
- * acted on, marks the word (heirUnseen, WU; ghost Wuev: that event); every
+ * C6 (0384538; the mark in the word since cut-x20, at every call since
+ * cut-x22): an heir whose call skips by rule 1 an event with the recorded
+ * key, acted on, marks the word (heirUnseen, WU; ghost Wuev: that event); every
  * record of a new event writes a word without it, and it is cleared with
  * the heir (claim, failed claim, promotion, gone take). If the heir's
  * next call is rule 2 as heir with the mark set and an owner (not
@@ -113,7 +113,9 @@
  * never a miss). The idle rule holds off while the mark is set and an
  * owner holds the word, or (the hold's bound) promotes declaring it.
  * NO_HEIR_UNSEEN (broken): no mark, as before 0384538; NO_IDLE_UNSEEN
- * (broken): the idle rule ignores it, as before cut-x20's fix.
+ * (broken): the idle rule ignores it, as before cut-x20's fix;
+ * MARK_FIRST_ONLY (broken): only the heir's first call marks, as before
+ * cut-x22's fix.
  * Proposed fixes and assumptions of the must-hold runs: FIX_MASK,
  * FIX_R5 (in the code since), WINDOW (rule 4's declaration covers the
  * events since the owner's last recorded one), NOREPEAT (no event with
@@ -121,8 +123,9 @@
  * newcomer is between Synchronize and append), INORDER (the runtime calls
  * the chain in its order: A, S, then the newcomers).
  * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN,
- * NO_IDLE_UNSEEN, COUNT_EACH_TRY (the events counter counted before every
- * CAS, a failed one too, as before the fix of cut-x21).
+ * NO_IDLE_UNSEEN, MARK_FIRST_ONLY, COUNT_EACH_TRY (the events counter
+ * counted before every CAS, a failed one too, as before the fix of
+ * cut-x21).
  *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
@@ -219,10 +222,18 @@ byte sown[NC];
 byte scnt[NC];
 byte sev[NC];
 bit mt[NC];
-/* C6: caller.called (decide ran for the connection before), and the
- * ghost event whose call set WU */
-bit called[NC];
+/* C6: the ghost event whose call set WU; MARK_FIRST_ONLY (broken, the
+ * code before cut-x22's fix): caller.called (decide ran for the
+ * connection before), only an heir's first call marks */
 byte Wuev = 0;
+#ifdef MARK_FIRST_ONLY
+bit called[NC];
+#define CALLED(c) called[c] = 1
+#define MARKS(c) !called[c]
+#else
+#define CALLED(c) skip
+#define MARKS(c) 1
+#endif
 /* ghost: the new events recorded (CASes of rules 2-5 that landed): the
  * events counter must equal it (cut-x21) */
 byte nrec = 0;
@@ -386,7 +397,7 @@ inline call(c, e, k) {
 			if
 			:: plan == P_SKIP ->
 				/* no write; what it saw, for its next call */
-				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; called[c] = 1;
+				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
@@ -469,10 +480,10 @@ inline call(c, e, k) {
 						fi
 					:: !(isH && Wacted && Wowner == 0) && Wacted && !(isO && WiD) ->
 #ifndef NO_HEIR_UNSEEN
-						/* C6: the ambiguous skip at an heir's first call:
-						 * marked in the word (heirUnseen) */
+						/* C6: the ambiguous skip of an heir (at any of its
+						 * calls, cut-x22): marked in the word (heirUnseen) */
 						if
-						:: isH && !called[c] -> WU = 1; Wuev = e
+						:: isH && MARKS(c) -> WU = 1; Wuev = e
 						:: else
 						fi
 #else
@@ -520,7 +531,7 @@ inline call(c, e, k) {
 				:: else
 				fi;
 				sgv[c] = 0;   /* decide returns no sighting */
-				called[c] = 1;
+				CALLED(c);
 				printf("MSC: e%d k%d conn %d plan %d act %d -> owner %d heir %d key %d oS %d hS %d acted %d done %d inDoubt %d events %d\n", e, k, c, plan, act, Wowner, Wheir, Wkey, WoS, WhS, Wacted, Wdone, WiD, evcount);
 				break
 			fi

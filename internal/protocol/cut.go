@@ -27,7 +27,7 @@ import (
 // The register records the owner and heir connections' tags, a key of the
 // last event the owner or heir was called for, which of the two has been
 // called for it, and whether it was acted on and finished (the journal a
-// survivor reads after a crash), and whether the heir's first call was
+// survivor reads after a crash), and whether the heir's last call was
 // rule 1's ambiguous skip of an event with that key (heirUnseen).
 
 // connTagOffset etc. are the offsets of the cut's words in owner.gen
@@ -56,7 +56,7 @@ type cutWord struct {
 	// cleared by every write of an event call (decide, finish), so a swap
 	// from a word with it set proves no event call came in between.
 	quiet bool
-	// heirUnseen: the heir's first call found the register recording its
+	// heirUnseen: a call of the heir found the register recording its
 	// key, acted on, and skipped it by rule 1 — the second call of the
 	// recorded event, or a new event with the same key that the runtime
 	// called the heir alone for (the owner dropped); and no event was
@@ -157,8 +157,6 @@ type caller struct {
 	events uint64
 	// prev is what it saw at its previous call (see sighting).
 	prev sighting
-	// called: the connection has been called for an event before.
-	called bool
 	// releaser: the connection gave the register up when its instance
 	// left with no successor seen (Coordinator.releaseCut). The release
 	// may land between the runtime's calls of one event to a connection
@@ -170,8 +168,8 @@ type caller struct {
 
 // sighting is what a connection that neither owns nor inherits the
 // register saw when it was called for an event: decide returns it, and the
-// caller passes it back with its next call. (What an heir's first call saw
-// is in the register: cutWord.heirUnseen.)
+// caller passes it back with its next call. (What an heir's ambiguous
+// skip saw is in the register: cutWord.heirUnseen.)
 type sighting struct {
 	valid  bool
 	first  bool   // the register did not record the event's key: the owner had not been called for it yet
@@ -216,8 +214,8 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //     (the first caller did not act, so it is ours); an heir that acts
 //     thereby becomes owner.
 //  2. Otherwise tag is first for a new event. An heir is in the chain, as
-//     this call shows: it becomes owner and acts; if its first call was
-//     skipped by rule 1 and nothing was recorded since, that event is
+//     this call shows: it becomes owner and acts; if its previous call
+//     was skipped by rule 1 and nothing was recorded since, that event is
 //     declared in doubt (see cutWord.heirUnseen). The owner hands over to
 //     its heir here if the heir was called for the recorded event, this
 //     event has a different key (so that call was not for this event, as
@@ -338,9 +336,12 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				dec.Promoted, dec.InDoubt, dec.Act = true, true, me.atLeastOnce
 				w.inDoubt, w.done = true, !dec.Act
 			} else if w.acted {
-				// The ambiguous case at an heir's first call: marked in
-				// the register until a new event is recorded.
-				w.heirUnseen = w.heirUnseen || isHeir && !me.called
+				// The ambiguous case of an heir: marked in the register
+				// until a new event is recorded (at any of its calls, not
+				// only its first: with the runtime calling the heir
+				// before the owner, a later skip is as ambiguous, model
+				// finding C6, cut-x22).
+				w.heirUnseen = w.heirUnseen || isHeir
 			} else {
 				if isHeir {
 					w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
@@ -359,7 +360,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				n.owner, n.heir, n.ownerSeen = tag, 0, true
 				n.acted, dec.Act, dec.Promoted = true, true, true
 				// Nobody recorded an event since the heir's ambiguous
-				// first call (the mark is in the word: any record of a
+				// skip (the mark is in the word: any record of a
 				// new event writes a new one), and the owner did not leave
 				// in order (a release, after which it acted on nothing):
 				// it was not called after that call, which may have been

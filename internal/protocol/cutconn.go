@@ -90,9 +90,8 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
-	prev, called := c.sightings[tag]
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: prev, called: called, releaser: tag == c.releasedTag}
+		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
@@ -115,11 +114,11 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		// Back for an event nobody took; given up again at Finish.
 		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
 	case d.heirUnseen:
-		// An heir's ambiguous first call was not followed by the owner's
+		// An heir's ambiguous skip was not followed by the owner's
 		// (a gap declared from the same takeover covers that event).
 		if gap.gapSince.IsZero() {
 			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-				Warn("in doubt: the owner was not called after this connection's first event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
+				Warn("in doubt: the owner was not called after this connection's previous event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
 			c.countInDoubt()
 		}
 		c.catchUp()
@@ -409,7 +408,7 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 // one, the runtime has long appended it (appending waits only for the
 // event in progress). It returns whether tag owns the register.
 //
-// It holds off while the register marks the heir's first call as rule 1's
+// It holds off while the register marks the heir's last call as rule 1's
 // ambiguous skip (cutWord.heirUnseen) and an owner holds it: that call may
 // have been for a new event that the runtime called the heir alone for
 // (the owner dropped), which only the next event can tell — the heir then
@@ -502,7 +501,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		if hold {
 			if held++; held == 1 {
 				c.log.WithFields(logrus.Fields{"conn": tag, "owner_conn": from0.owner, "event_key": from0.key}).
-					Info("idle: not promoting yet: this connection's first event had the key of the owner's last one; the next event decides")
+					Info("idle: not promoting yet: this connection's last event had the key of the owner's last one; the next event decides")
 			}
 			continue
 		}
@@ -515,7 +514,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 				// The owner was not seen after this connection's first
 				// event: the runtime may have dropped it before that event.
 				c.log.WithFields(logrus.Fields{"conn": tag, "event_key": from0.key, "owner_conn": from0.owner}).
-					Warn("in doubt: idle, and the owner was not seen after this connection's first event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
+					Warn("in doubt: idle, and the owner was not seen after this connection's last event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
 				c.countInDoubt()
 				c.catchUp()
 			}
@@ -551,7 +550,7 @@ func (c *Coordinator) predecessorGone(ctx context.Context, owner uint16, from st
 const predecessorPoll = 50 * time.Millisecond
 
 // unseenHoldIntervals is how many quiet intervals PromoteWhenIdle holds
-// off an heir whose first call was rule 1's ambiguous skip before it
+// off an heir whose last call was rule 1's ambiguous skip before it
 // promotes it declaring that event in doubt.
 const unseenHoldIntervals = 2
 
