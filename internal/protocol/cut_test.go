@@ -37,7 +37,7 @@ func TestCutActsOncePerEvent(t *testing.T) {
 			if pendingHeir == 0 && rng.Intn(3) == 0 {
 				pendingHeir = d.newConnTag()
 				d.setHeirEvents(all)
-				d.updateCut(func(w *cutWord) bool { w.heir, w.heirSeen = pendingHeir, false; return true })
+				d.updateCut(func(w *cutWord) bool { w.heir, w.heirSeen, w.heirUnseen = pendingHeir, false, false; return true }) // as takeCutLocked
 				appendAt, failed = i+rng.Intn(4), rng.Intn(5) == 0
 			}
 			if pendingHeir != 0 && i >= appendAt {
@@ -139,7 +139,9 @@ func TestSyncedUnstampedList(t *testing.T) {
 // called for are acted on by nobody until the standby can tell (the next
 // event, or later when keys repeat), then declared once; every later event
 // is acted on exactly once. Random chains, orders, keys and newcomers as
-// in TestCutActsOncePerEvent.
+// in TestCutActsOncePerEvent; two probe events with keys of their own end
+// each run (as in the model), and a run in which the owner's drop left
+// events acted on by nobody must have declared it (model finding C6).
 func TestCutTakesOverFromAnOverrun(t *testing.T) {
 	rng := rand.New(rand.NewSource(2))
 	d, err := OpenDir(t.TempDir(), "cut")
@@ -158,6 +160,14 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 		events := 4 + rng.Intn(12)
 		keys := 1 + rng.Intn(3)
 		faultAt, inHandler := rng.Intn(events), rng.Intn(2) == 0
+		const probes = 2
+		missed := 0 // events nobody acted on after the drop, not declared then
+		// the owner dropped while an heir was between its claim and its
+		// append, or before an heir claimed: an event that reached only
+		// the standby then is never declared (model finding C7, cut-x13,
+		// open; without its instance's gap declaration, which this test
+		// has no coordinator for)
+		inGap := false
 		released := !inHandler && rng.Intn(3) == 0
 		heirAwaited, releaseDeclared := false, false
 		var trace []string
@@ -166,11 +176,12 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 		declared, dropped, tookOver := 0, false, false
 		falseAlarms := 0
 		var recorded, prevKey uint32 // the last key recorded before the drop; the previous event's
-		for i := 0; i < events; i++ {
-			if pendingHeir == 0 && rng.Intn(3) == 0 {
+		for i := 0; i < events+probes; i++ {
+			if pendingHeir == 0 && i < events && rng.Intn(3) == 0 {
 				pendingHeir = d.newConnTag()
+				inGap = inGap || dropped && !tookOver
 				d.setHeirEvents(all)
-				d.updateCut(func(w *cutWord) bool { w.heir, w.heirSeen = pendingHeir, false; return true })
+				d.updateCut(func(w *cutWord) bool { w.heir, w.heirSeen, w.heirUnseen = pendingHeir, false, false; return true }) // as takeCutLocked
 				appendAt = i + rng.Intn(4)
 			}
 			if pendingHeir != 0 && i >= appendAt {
@@ -178,6 +189,9 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 				pendingHeir, heirAwaited = 0, false
 			}
 			key := uint32(1 + rng.Intn(keys))
+			if i >= events {
+				key = uint32(100 + i) // a probe
+			}
 			if i == faultAt && !inHandler {
 				// Frozen or killed between events: dropped before its call.
 				// Or (released) it left in order, with no successor seen:
@@ -192,7 +206,7 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 						// is; until then nobody acts (docs/model.md C4).
 						heirAwaited = pendingHeir != 0
 					} else {
-						dropped = true
+						dropped, inGap = true, pendingHeir != 0
 					}
 				}
 			}
@@ -250,6 +264,9 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 			case dropped && !tookOver:
 				// Not called: nobody can act until the standby can tell.
 				ok = ok || acts == 0 && (i == faultAt || prevKey == recorded)
+				if acts == 0 && !doubted {
+					missed++
+				}
 			}
 			if !ok {
 				w, _, _ := d.readCut()
@@ -258,9 +275,9 @@ func TestCutTakesOverFromAnOverrun(t *testing.T) {
 			}
 			prevKey = key
 		}
-		if declared > 1 || !dropped && declared != 0 {
-			t.Fatalf("run %d: %d overruns declared, %d false alarms (dropped: %v, at event %d of %d)\n%s",
-				run, declared, falseAlarms, dropped, faultAt, events, strings.Join(trace, "\n"))
+		if declared > 1 || !dropped && declared != 0 || missed > 0 && declared == 0 && !inGap {
+			t.Fatalf("run %d: %d overruns declared, %d false alarms, %d events missed (dropped: %v, at event %d of %d)\n%s",
+				run, declared, falseAlarms, missed, dropped, faultAt, events, strings.Join(trace, "\n"))
 		}
 	}
 }
