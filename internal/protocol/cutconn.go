@@ -418,9 +418,9 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 // would be a false alarm after most idle handovers (the heir's first event
 // is the second call of the owner's last one whenever the runtime calls
 // the owner first). The hold is bounded (unseenHoldIntervals quiet
-// intervals): with no event by then the heir is promoted anyway and
-// declares that event in doubt, so that a node that goes idle does not
-// keep the heir unready for good.
+// intervals after the last event): with no event by then the heir is
+// promoted anyway and declares that event in doubt, so that a node that
+// goes idle does not keep the heir unready for good.
 func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet time.Duration) bool {
 	d := c.cfg.Dir
 	c.mu.Lock()
@@ -432,7 +432,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 	from := c.heirFrom
 	c.mu.Unlock()
 	tick := min(quiet, predecessorPoll)
-	held := 0 // intervals held off (heirUnseen)
+	held := 0 // intervals held off (heirUnseen) since the last event
 	for {
 		w0, _, ok := d.readCut()
 		if !ok || w0.heir != tag {
@@ -487,7 +487,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			case w.heir != tag || (w.acted && !w.done):
 				return false
 			case !w.quiet:
-				w.quiet = true // re-arm
+				w.quiet, held = true, 0 // re-arm: an event came; the hold starts again
 			case w.heirUnseen && w.owner != 0 && held < unseenHoldIntervals:
 				hold = true // the next event decides (see above)
 				return false
@@ -511,7 +511,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
 			if declare {
-				// The owner was not seen after this connection's first
+				// The owner was not seen after this connection's last
 				// event: the runtime may have dropped it before that event.
 				c.log.WithFields(logrus.Fields{"conn": tag, "event_key": from0.key, "owner_conn": from0.owner}).
 					Warn("in doubt: idle, and the owner was not seen after this connection's last event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
