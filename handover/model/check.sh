@@ -250,6 +250,14 @@ cut_correct=(
 	# configurations of those findings.
 	"cut-shared-key|$x14 -DINORDER -DNO_IDLE|-O1|22|C6: A dropped between events, the next with its last key reaches N1 first (its first call, rule 1 skips it): declared at N1's rule-2 takeover (heirUnseen); no idle rule (cut-x20)"
 	"cut-gone-repeat|$x15 -DINORDER||22|C9: A releases, N1's gone path takes the register keeping its sighting; unseen, the event with the recorded key is declared in doubt by rule 1"
+	# C6 with the idle rule: the configuration of cut-x20 and cut-x21, with
+	# their fixes (the heir's unseen first call marked in the word, which
+	# holds the idle promotion off; the counter counted once per call)
+	# cut-x22's fix (every ambiguous skip of the heir marked, not only its
+	# first): the same without INORDER, without and with the idle rule
+	"cut-shared-key-flipped|$x14 -DNO_IDLE|-O1|22|C6 with the runtime calling in any order (N1 before A too): every ambiguous skip of N1 marked; the one after A's drop is declared at N1's rule-2 takeover"
+	"cut-shared-key-any-order|$x14||22|C6 in any order with N1's idle rule (held off while the mark stands)"
+	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
 # (-O1: the searches of the small runs take less than compiling them)
@@ -272,10 +280,10 @@ cut_broken=(
 	"cut-x14-shared-key|$x14 -DINORDER -DNO_IDLE -DNO_HEIR_UNSEEN|-O1|22|acts[j]>=1|C6 as before 0384538 (NO_HEIR_UNSEEN; cut-shared-key without the fix): after the owner silently dropped, an event with its last key: the heir's first call skips it (rule 1), S cannot tell: missed, not declared"
 	"cut-x15-gone-unseen|$x15 -DINORDER -DNO_GONE_SEEN|-O1|22|acts[j]>=1|C9 as before 0384538 (NO_GONE_SEEN; cut-gone-repeat without the fix): the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
 	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
-	# what 0384538 leaves of C6 and C9
-	"cut-x20-idle-unseen|$x14 -DINORDER|-O1|22|acts[j]>=1|C6 left: A dropped, N1's first call skips an event with A's last key (rule 1), N1's idle rule promotes it: owner at the next event, nothing declares the skipped one"
-	"cut-x21-unseen-retry|$x14 -DINORDER -DFIX_IDLE_UNSEEN|-O1|22|acts[j]>=1|C6 left, idle promotion held off (FIX_IDLE_UNSEEN): N1's rule-2 CAS fails once (its idle re-arm), the retry compares the counter with its own count in it: not declared (FIX_UNSEEN_RETRY holds)"
-	"cut-x22-unseen-flipped|$x14 -DNO_IDLE|-O1|22|acts[j]>=1|C6 left, the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
+	# C6 and C9: the code before the fixes of cut-x20, cut-x21, and what is left
+	"cut-x20-idle-unseen|$x14 -DINORDER -DNO_IDLE_UNSEEN|-O1|22|acts[j]>=1|C6, the idle rule as before its fix (NO_IDLE_UNSEEN; cut-shared-key-idle without it): A dropped, N1's first call skips an event with A's last key (rule 1), N1's idle rule promotes it: owner at the next event, nothing declares the skipped one"
+	"cut-x21-unseen-retry|$x14 -DINORDER -DCOUNT_EACH_TRY|-O1|22|evcount==nrec|C6, the counter as before its fix (COUNT_EACH_TRY; cut-shared-key-idle without it): N1's rule-2 CAS fails once (its idle re-arm) and the event is counted twice (before the word mark, the retry took that count for an event recorded since: not declared)"
+	"cut-x22-unseen-flipped|$x14 -DNO_IDLE -DMARK_FIRST_ONLY|-O1|22|acts[j]>=1|C6, only N1's first skip marked as before its fix (MARK_FIRST_ONLY; cut-shared-key-flipped without it), the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
 	"cut-x23-gone-flipped|-DNEV=2 ${rx/-DNOREPEAT/} -DRELEASE -DGONE|-O1|20|acts[j]>=1|C9 left, N1 called before A: N1 skips an event with A's last key (rule 1, seen), A releases, the gone take keeps the seen bit, A skips: missed, not declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"

@@ -68,9 +68,9 @@
  * the code has them; docs/model.md "Takeovers: rules 3, 4 and 5"): decide
  * is modelled exactly, as a CAS loop: one step loads the word (and, for a
  * connection that neither owns nor inherits it, the events counter and
- * the owner mask, which only calls write), the next counts (newEvent) and
- * CASes, and a failed CAS (a concurrent claim, idle rule, release or late
- * finish) has counted too and loads again. Connection 3 (STANDBY) is a
+ * the owner mask, which only calls write), the next CASes and, if the CAS
+ * landed, counts (newEvent); a failed CAS (a concurrent claim, idle rule,
+ * release or late finish) loads again. Connection 3 (STANDBY) is a
  * live standby's connection in the chain from the start; mayTakeOver
  * holds for it, for the old owner until it leaves (NO_MT0: never) and
  * for a newcomer once its Synchronize returned. Faults (at most MAXF):
@@ -99,24 +99,33 @@
  * their own, which give a late declaration its chance), every checked
  * event acted on or declared (decl: the ghost record of what rules 3-5
  * and the heir's release case declare, by event); with ALO every event
- * declared in doubt is acted on; CHECK_PROMPT: no event left to rule 4.
- * C6 (0384538, caller.called, sighting.unseen): an heir whose first call
- * skips by rule 1 an event with the recorded key, acted on, keeps an
- * "unseen" sighting with the counter; if its next call is rule 2 as heir,
- * with the counter unchanged and an owner (not released), that event is
- * declared in doubt (heirUnseen; the ghost decl of the event it skipped;
- * with the runtime calling the heir before the owner this may be a false
- * alarm, never a miss). NO_HEIR_UNSEEN (broken): as before.
+ * declared in doubt is acted on; CHECK_PROMPT: no event left to rule 4;
+ * the events counter equals the number of new events recorded (each
+ * counted once).
+ * C6 (0384538; the mark in the word since cut-x20, at every call since
+ * cut-x22): an heir whose call skips by rule 1 an event with the recorded
+ * key, acted on, marks the word (heirUnseen, WU; ghost Wuev: that event); every
+ * record of a new event writes a word without it, and it is cleared with
+ * the heir (claim, failed claim, promotion, gone take). If the heir's
+ * next call is rule 2 as heir with the mark set and an owner (not
+ * released), that event is declared in doubt (heirUnseen; with the
+ * runtime calling the heir before the owner this may be a false alarm,
+ * never a miss). The idle rule holds off while the mark is set and an
+ * owner holds the word, or (the hold's bound) promotes declaring it.
+ * NO_HEIR_UNSEEN (broken): no mark, as before 0384538; NO_IDLE_UNSEEN
+ * (broken): the idle rule ignores it, as before cut-x20's fix;
+ * MARK_FIRST_ONLY (broken): only the heir's first call marks, as before
+ * cut-x22's fix.
  * Proposed fixes and assumptions of the must-hold runs: FIX_MASK,
  * FIX_R5 (in the code since), WINDOW (rule 4's declaration covers the
  * events since the owner's last recorded one), NOREPEAT (no event with
  * the key of the one before it), FAULT_NO_GAP (no fault while the
  * newcomer is between Synchronize and append), INORDER (the runtime calls
- * the chain in its order: A, S, then the newcomers). Proposed, not in the
- * code (C6): FIX_IDLE_UNSEEN (no idle promotion while the heir's unseen
- * sighting stands: the next event decides), FIX_UNSEEN_RETRY (rule 2's
- * comparison discounts the counts of the call's own failed CASes).
- * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN.
+ * the chain in its order: A, S, then the newcomers).
+ * Broken: NO_RULE3, NO_RULE4, NO_RULE5, NO_HEIR_UNSEEN, NO_GONE_SEEN,
+ * NO_IDLE_UNSEEN, MARK_FIRST_ONLY, COUNT_EACH_TRY (the events counter
+ * counted before every CAS, a failed one too, as before the fix of
+ * cut-x21).
  *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
@@ -179,6 +188,10 @@ bit WhS = 0;
 bit Wacted = 0;
 bit Wdone = 0;
 bit WQ = 0;        /* FIX_QUIET_BIT: the heir's quiet mark, cleared by every write of an event */
+/* heirUnseen (C6, RULES): the heir's first call was rule 1's ambiguous
+ * skip and no new event was recorded since; cleared with the heir and by
+ * every record of a new event */
+bit WU = 0;
 /* beside it: the events counter */
 byte evcount = 0;
 
@@ -209,11 +222,21 @@ byte sown[NC];
 byte scnt[NC];
 byte sev[NC];
 bit mt[NC];
-/* C6 (0384538): an heir's sighting "unseen" (its first call was rule 1's
- * ambiguous skip; scnt and sev hold its events counter and ghost event,
- * sgv is 0: not valid), and caller.called (decide ran for it before) */
-bit suns[NC];
+/* C6: the ghost event whose call set WU; MARK_FIRST_ONLY (broken, the
+ * code before cut-x22's fix): caller.called (decide ran for the
+ * connection before), only an heir's first call marks */
+byte Wuev = 0;
+#ifdef MARK_FIRST_ONLY
 bit called[NC];
+#define CALLED(c) called[c] = 1
+#define MARKS(c) !called[c]
+#else
+#define CALLED(c) skip
+#define MARKS(c) 1
+#endif
+/* ghost: the new events recorded (CASes of rules 2-5 that landed): the
+ * events counter must equal it (cut-x21) */
+byte nrec = 0;
 byte decl[NEVT];
 byte faults = 0;
 byte ndecl = 0;
@@ -244,11 +267,11 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #define tag(c) (c + 1)
 
 /* promote connection X (the heir) to owner */
-#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0
+#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; WU = 0
 
 #ifdef RULES
 /* The register word as one value (for the CAS's compare). */
-#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14))
+#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14) | (WU << 15))
 /* cutWord.overran: the acting connection is inside its handler */
 #define OVERRAN (Wowner != 0 && Wacted && !Wdone && !WiD && RULE3)
 /* broken variants: a rule left out */
@@ -374,29 +397,37 @@ inline call(c, e, k) {
 			if
 			:: plan == P_SKIP ->
 				/* no write; what it saw, for its next call */
-				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; suns[c] = 0; called[c] = 1;
+				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
 			fi
 		   }
-		   /* the counter (newEvent), then the CAS; a failed CAS has counted too */
+		   /* the CAS, then the counter (newEvent), counted once for the
+		    * CAS that landed (cut.go, since cut-x21; only calls read or
+		    * write the counter, and calls are serialized: nothing can come
+		    * between the two). COUNT_EACH_TRY (broken, the code before):
+		    * counted before every CAS, a failed one too */
 		   atomic {
+#ifdef COUNT_EACH_TRY
 			if
 			:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> evcount++
 			:: else
 			fi;
-			if
-			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c);   /* load again */
-#ifdef FIX_UNSEEN_RETRY
-				if
-				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D -> own++
-				:: else
-				fi
-#else
-				skip
 #endif
+			if
+			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
 			:: else ->
+				if
+				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D ->
+					nrec++;
+#ifndef COUNT_EACH_TRY
+					evcount++
+#else
+					skip
+#endif
+				:: else
+				fi;
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
 					if
@@ -449,11 +480,10 @@ inline call(c, e, k) {
 						fi
 					:: !(isH && Wacted && Wowner == 0) && Wacted && !(isO && WiD) ->
 #ifndef NO_HEIR_UNSEEN
-						/* C6 (0384538): the ambiguous skip at an heir's first
-						 * call: the sighting "unseen" with the counter (set
-						 * below, after the common clearing) */
+						/* C6: the ambiguous skip of an heir (at any of its
+						 * calls, cut-x22): marked in the word (heirUnseen) */
 						if
-						:: isH && !called[c] -> uns = 1
+						:: isH && MARKS(c) -> WU = 1; Wuev = e
 						:: else
 						fi
 #else
@@ -464,14 +494,14 @@ inline call(c, e, k) {
 					if
 					:: isH ->
 #ifndef NO_HEIR_UNSEEN
-						/* C6 (0384538): its previous call was its first, the
-						 * ambiguous skip of rule 1, nothing recorded since and
+						/* C6: its first call was the ambiguous skip of rule 1,
+						 * nothing recorded since (the mark is in the word) and
 						 * the owner did not release: that event is declared
 						 * (Overrun, heirUnseen) */
 						if
-						:: suns[c] && scnt[c] == ev0 - own && Wowner != 0 ->
-							decl[sev[c]] = decl[sev[c]] | 1; ndecl++;
-							printf("MSC: e%d conn %d: heir unseen at e%d, declared\n", e, c, sev[c])
+						:: WU && Wowner != 0 ->
+							decl[Wuev] = decl[Wuev] | 1; ndecl++;
+							printf("MSC: e%d conn %d: heir unseen at e%d, declared\n", e, c, Wuev)
 						:: else
 						fi;
 #endif
@@ -482,9 +512,18 @@ inline call(c, e, k) {
 					:: !isH && !(isO && Wheir != 0 && WhS && Wkey != k) ->
 						WoS = 1; Wacted = 1; act = 1
 					fi;
-					WhS = 0; Wkey = k; Wev = e + 1; Wdone = 0; WiD = 0
+					WhS = 0; Wkey = k; Wev = e + 1; Wdone = 0; WiD = 0; WU = 0
 				fi;
 				WQ = 0;
+				/* the mark is the heir's: cleared with it */
+				if
+				:: Wheir == 0 -> WU = 0
+				:: else
+				fi;
+				if
+				:: !WU -> Wuev = 0
+				:: else
+				fi;
 				/* storeOwnerEvents, in the same call (no other call can read it
 				 * before this one returns) */
 				if
@@ -492,19 +531,13 @@ inline call(c, e, k) {
 				:: else
 				fi;
 				sgv[c] = 0;   /* decide returns no sighting */
-				suns[c] = 0; called[c] = 1;
-				if
-				:: uns ->
-					/* C6: unseen, with the counter it loaded */
-					suns[c] = 1; scnt[c] = ev0; sev[c] = e
-				:: else
-				fi;
+				CALLED(c);
 				printf("MSC: e%d k%d conn %d plan %d act %d -> owner %d heir %d key %d oS %d hS %d acted %d done %d inDoubt %d events %d\n", e, k, c, plan, act, Wowner, Wheir, Wkey, WoS, WhS, Wacted, Wdone, WiD, evcount);
 				break
 			fi
 		   }
 		od;
-		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; uns = 0; ev0 = 0; rls = 0; own = 0;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0; rls = 0;
 		if
 		:: act ->
 			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
@@ -639,8 +672,7 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	byte own;   /* FIX_UNSEEN_RETRY: the counts of this call's failed CASes */
-	bit isO, isH, seen, uns;   /* uns: C6's unseen sighting, to be returned */
+	bit isO, isH, seen;
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -749,6 +781,10 @@ proctype Runtime() {
 #ifdef CHECK_DECL_BOUND
 		assert(ndecl <= faults + nrel);
 #endif
+		/* the events counter counts every recorded event once (cut-x21:
+		 * counted before every CAS, a failed one counted too, and its
+		 * retry took that count for an event recorded since) */
+		assert(evcount == nrec);
 		j = 0
 	}
 #endif
@@ -777,6 +813,11 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 #ifdef FIX_CLAIM_CLEARS_SEEN
 		WhS = 0;
 #endif
+		/* heirUnseen is the replaced heir's (takeCutLocked clears it) */
+		WU = 0;
+#ifdef RULES
+		Wuev = 0;
+#endif
 	}
 #ifndef FIX_QUIET_BIT
 	base[c] = evcount;
@@ -792,9 +833,13 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 				if
 				:: prevHeir[c] != 0 -> Wheir = prevHeir[c]; WhS = 0; WQ = 0
 				:: else -> Wheir = 0
-				fi
+				fi;
 #else
-				Wheir = 0
+				Wheir = 0;
+#endif
+				WU = 0   /* giveBackCut, DropConn: cleared with the heir */
+#ifdef RULES
+				; Wuev = 0
 #endif
 			:: else
 			fi;
@@ -810,15 +855,24 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 	fi
 }
 
-#if defined(RULES) && defined(FIX_IDLE_UNSEEN)
-#define IDLE_UNSEEN(c) (suns[c] && scnt[c] == evcount && Wowner != 0)
+/* C6, cut-x20: PromoteWhenIdle holds off while the word marks the heir's
+ * first call as the ambiguous skip (heirUnseen) and an owner holds it: the
+ * next event decides (rule 2 declares it, or the owner hands over). The
+ * hold is bounded (unseenHoldIntervals): then it promotes declaring that
+ * event in doubt; the model has no time, so at every try it may do
+ * either. NO_IDLE_UNSEEN (broken): the code before, a promotion that
+ * neither holds off nor declares. */
+#if defined(RULES) && !defined(NO_IDLE_UNSEEN)
+#define IDLE_UNSEEN(c) (WU && Wowner != 0)
 #else
 #define IDLE_UNSEEN(c) 0
 #endif
+/* the idle rule's CAS: the word is as it read it */
+#define SNAPEQ (sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && sU == WU)
 /* The idle rule of a newcomer whose Synchronize returned. */
 proctype Idle(byte c) {
 	byte sO, sH, sK, cnt;
-	bit sOS, sHS, sA, sD, sQ;
+	bit sOS, sHS, sA, sD, sQ, sU;
 	bit sID, prom;
 #ifdef IDLE_EARLY
 	synced[c] && !closed[c];
@@ -834,7 +888,7 @@ proctype Idle(byte c) {
 #ifndef NO_T2
 			!midspan ->
 #endif
-			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ;
+			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ; sU = WU;
 #ifdef RULES
 			sID = WiD;
 #endif
@@ -857,7 +911,7 @@ proctype Idle(byte c) {
 			/* re-arm: set the mark (CAS), wait another interval Q */
 			atomic {
 				if
-				:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD -> WQ = 1
+				:: SNAPEQ -> WQ = 1
 				:: else
 				fi
 			}
@@ -880,13 +934,20 @@ proctype Idle(byte c) {
 #endif
 		atomic {
 			if
-#if defined(RULES) && defined(FIX_IDLE_UNSEEN)
-			/* proposed (C6): no idle promotion while its last call was the
-			 * ambiguous first skip and nothing was recorded since: the next
-			 * event decides (rule 2 declares it, or the owner hands over) */
-			:: IDLE_UNSEEN(c) -> goto next
+			/* held off: the next event decides */
+			:: SNAPEQ && IDLE_UNSEEN(c) -> goto next
+#ifdef RULES
+			/* the hold's bound: promoted, that event declared in doubt */
+			:: SNAPEQ && IDLE_UNSEEN(c) ->
+				decl[Wuev] = decl[Wuev] | 1; ndecl++;
+				printf("MSC: conn %d: idle after its unseen first call (e%d): declared\n", c, Wuev);
+				Wuev = 0;
+				PROMOTE(tag(c));
+				prom = 1;
+				printf("MSC: conn %d promotes itself (idle, held off)\n", c);
+				break
 #endif
-			:: sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && !IDLE_UNSEEN(c) ->
+			:: SNAPEQ && !IDLE_UNSEEN(c) ->
 				PROMOTE(tag(c));
 #ifdef RULES
 				prom = 1;
@@ -920,7 +981,7 @@ next:		skip
 				/* broken: as before 0384538, ownerSeen 0 */
 				WoS = 0;
 #endif
-				Wowner = tag(c); Wheir = 0; WhS = 0
+				Wowner = tag(c); Wheir = 0; WhS = 0; WU = 0; Wuev = 0
 			:: else
 			fi;
 			printf("MSC: conn %d takes the register outright (gone) -> owner %d oS %d key %d acted %d done %d inDoubt %d\n", c, Wowner, WoS, Wkey, Wacted, Wdone, WiD)

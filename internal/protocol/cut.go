@@ -27,7 +27,8 @@ import (
 // The register records the owner and heir connections' tags, a key of the
 // last event the owner or heir was called for, which of the two has been
 // called for it, and whether it was acted on and finished (the journal a
-// survivor reads after a crash).
+// survivor reads after a crash), and whether the heir's last call was
+// rule 1's ambiguous skip of an event with that key (heirUnseen).
 
 // connTagOffset etc. are the offsets of the cut's words in owner.gen
 // (after the generation and epoch counters, see dir.go).
@@ -55,25 +56,36 @@ type cutWord struct {
 	// cleared by every write of an event call (decide, finish), so a swap
 	// from a word with it set proves no event call came in between.
 	quiet bool
+	// heirUnseen: a call of the heir found the register recording its
+	// key, acted on, and skipped it by rule 1 — the second call of the
+	// recorded event, or a new event with the same key that the runtime
+	// called the heir alone for (the owner dropped); and no event was
+	// recorded since (every record of a new event writes a new word). An
+	// heir that takes over by rule 2 with it set, from an owner that did
+	// not release, declares that event (model finding C6); the idle rule
+	// does not promote the heir while it is set (cut-x20): the next event
+	// decides. Cleared with the heir.
+	heirUnseen bool
 }
 
 func decodeCut(w uint64) cutWord {
 	return cutWord{
-		owner:     uint16(w),
-		heir:      uint16(w >> 16),
-		key:       uint32(w>>32) & keyMask,
-		ownerSeen: w&(1<<56) != 0,
-		heirSeen:  w&(1<<57) != 0,
-		acted:     w&(1<<58) != 0,
-		done:      w&(1<<59) != 0,
-		inDoubt:   w&(1<<60) != 0,
-		quiet:     w&(1<<61) != 0,
+		owner:      uint16(w),
+		heir:       uint16(w >> 16),
+		key:        uint32(w>>32) & keyMask,
+		ownerSeen:  w&(1<<56) != 0,
+		heirSeen:   w&(1<<57) != 0,
+		acted:      w&(1<<58) != 0,
+		done:       w&(1<<59) != 0,
+		inDoubt:    w&(1<<60) != 0,
+		quiet:      w&(1<<61) != 0,
+		heirUnseen: w&(1<<62) != 0,
 	}
 }
 
 func (c cutWord) encode() uint64 {
 	w := uint64(c.owner) | uint64(c.heir)<<16 | uint64(c.key&keyMask)<<32
-	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt, c.quiet} {
+	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt, c.quiet, c.heirUnseen} {
 		if b {
 			w |= 1 << (56 + i)
 		}
@@ -117,7 +129,7 @@ type Decision struct {
 	// is in doubt (it is this event if InDoubt is set).
 	Overrun bool
 
-	// heirUnseen: an Overrun of rule 2 (see sighting), recordedKey the
+	// heirUnseen: an Overrun of rule 2 (see cutWord.heirUnseen), recordedKey the
 	// key of the event it declares; unseenMark: InDoubt from the mark of
 	// an heir's outright take after a release (takeCutLocked), not yet
 	// counted.
@@ -145,8 +157,6 @@ type caller struct {
 	events uint64
 	// prev is what it saw at its previous call (see sighting).
 	prev sighting
-	// called: the connection has been called for an event before.
-	called bool
 	// releaser: the connection gave the register up when its instance
 	// left with no successor seen (Coordinator.releaseCut). The release
 	// may land between the runtime's calls of one event to a connection
@@ -158,22 +168,14 @@ type caller struct {
 
 // sighting is what a connection that neither owns nor inherits the
 // register saw when it was called for an event: decide returns it, and the
-// caller passes it back with its next call.
-//
-// An heir's own calls leave one sighting: unseen, set when its first call
-// found the register recording that call's key, acted on (rule 1 skips it
-// as the second call of the recorded event, but it may be a new event with
-// the same key, called to the heir alone: the owner was dropped). If the
-// heir is then promoted by rule 2 with no event recorded since, nobody was
-// called after it for that event: it is declared in doubt (model finding
-// C6).
+// caller passes it back with its next call. (What an heir's ambiguous
+// skip saw is in the register: cutWord.heirUnseen.)
 type sighting struct {
 	valid  bool
 	first  bool   // the register did not record the event's key: the owner had not been called for it yet
 	owner  uint16 // the register's owner then
 	kind   uint64 // the event's kind
 	events uint64 // the events counter then
-	unseen bool   // (an heir's, valid unset) its first call was rule 1's ambiguous skip
 }
 
 // skipped reports whether the owner was never called for the event of the
@@ -212,9 +214,9 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //     (the first caller did not act, so it is ours); an heir that acts
 //     thereby becomes owner.
 //  2. Otherwise tag is first for a new event. An heir is in the chain, as
-//     this call shows: it becomes owner and acts; if its previous call was
-//     its first, skipped by rule 1, and nothing was recorded since, that
-//     event is declared in doubt (see sighting). The owner hands over to
+//     this call shows: it becomes owner and acts; if its previous call
+//     was skipped by rule 1 and nothing was recorded since, that event is
+//     declared in doubt (see cutWord.heirUnseen). The owner hands over to
 //     its heir here if the heir was called for the recorded event, this
 //     event has a different key (so that call was not for this event, as
 //     in 1) and the heir subscribes to this kind; it then does not act,
@@ -248,7 +250,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		isOwner, isHeir := w.owner == tag, w.heir == tag
 		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
 		events := atomic.LoadUint64(d.word(eventsOffset))
-		skipped, unseen := false, false
+		skipped := false
 		if !isOwner && !isHeir {
 			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
@@ -274,8 +276,8 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 					dec.InDoubt, dec.Act = true, me.atLeastOnce
 					w.inDoubt, w.done = true, !dec.Act
 				}
-				atomic.AddUint64(d.word(eventsOffset), 1)
-				if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+				if d.swapCut(reg, old, w) {
+					atomic.AddUint64(d.word(eventsOffset), 1) // counted once, for the swap that landed
 					d.storeOwnerEvents(tag, me.events)
 					d.recordAct()
 					dec.saw = sighting{}
@@ -325,6 +327,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			// see there); a dead owner's event in doubt is not done.
 			dec.unseenMark = dec.InDoubt && w.acted && w.done
 			if isHeir && w.acted && w.owner == 0 {
+				// (heirUnseen is cleared with the heir below.)
 				// The owner left (released the register) after acting on
 				// the recorded event: this call is for it, or for a new
 				// event with its key that nobody else will be called for.
@@ -333,8 +336,12 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				dec.Promoted, dec.InDoubt, dec.Act = true, true, me.atLeastOnce
 				w.inDoubt, w.done = true, !dec.Act
 			} else if w.acted {
-				// The ambiguous case at an heir's first call (see sighting).
-				unseen = isHeir && !me.called
+				// The ambiguous case of an heir: marked in the register
+				// until a new event is recorded (at any of its calls, not
+				// only its first: with the runtime calling the heir
+				// before the owner, a later skip is as ambiguous, model
+				// finding C6, cut-x22).
+				w.heirUnseen = w.heirUnseen || isHeir
 			} else {
 				if isHeir {
 					w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
@@ -353,11 +360,12 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				n.owner, n.heir, n.ownerSeen = tag, 0, true
 				n.acted, dec.Act, dec.Promoted = true, true, true
 				// Nobody recorded an event since the heir's ambiguous
-				// first call, and the owner did not leave in order (a
-				// release, after which it acted on nothing): it was not
-				// called after that call, which may have been for a new
-				// event nobody acted on.
-				dec.Overrun = me.prev.unseen && me.prev.events == events && w.owner != 0
+				// skip (the mark is in the word: any record of a
+				// new event writes a new one), and the owner did not leave
+				// in order (a release, after which it acted on nothing):
+				// it was not called after that call, which may have been
+				// for a new event nobody acted on.
+				dec.Overrun = w.heirUnseen && w.owner != 0
 				dec.heirUnseen, dec.recordedKey = dec.Overrun, w.key
 			case handOver:
 				n.owner, n.heir = w.heir, 0
@@ -368,10 +376,17 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			w = n
 		}
 		w.quiet = false
-		if newEvent {
-			atomic.AddUint64(d.word(eventsOffset), 1)
-		}
-		if atomic.CompareAndSwapUint64(reg, old, w.encode()) {
+		w.heirUnseen = w.heirUnseen && w.heir != 0 // the mark is the heir's
+		if d.swapCut(reg, old, w) {
+			if newEvent {
+				// Counted once, after the swap that landed: a failed swap
+				// (a claim, the idle rule, a release or a late finish in
+				// between) loads the counter again for its retry, which
+				// must find it as this call found it (model finding C6,
+				// cut-x21: counted before the swap, a retry saw its own
+				// count as a recorded event).
+				atomic.AddUint64(d.word(eventsOffset), 1)
+			}
 			switch {
 			case w.owner == tag:
 				d.storeOwnerEvents(tag, me.events) // for rule 4
@@ -382,12 +397,18 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				d.recordAct()
 			}
 			dec.saw = sighting{}
-			if unseen {
-				dec.saw = sighting{unseen: true, events: events}
-			}
 			return dec
 		}
 	}
+}
+
+// swapCut is decide's compare-and-swap of the register; call with genMu
+// read-locked.
+func (d *Dir) swapCut(reg *uint64, old uint64, w cutWord) bool {
+	if d.beforeCutSwap != nil {
+		d.beforeCutSwap()
+	}
+	return atomic.CompareAndSwapUint64(reg, old, w.encode())
 }
 
 // finish records that tag's handler for the event with key returned.

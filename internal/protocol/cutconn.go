@@ -67,7 +67,7 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 		if w.heir != tag {
 			return false
 		}
-		w.heir, w.heirSeen = 0, false
+		w.heir, w.heirSeen, w.heirUnseen = 0, false, false
 		return true
 	})
 }
@@ -90,9 +90,8 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 	c.mu.Lock()
-	prev, called := c.sightings[tag]
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: prev, called: called, releaser: tag == c.releasedTag}
+		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
@@ -115,11 +114,11 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		// Back for an event nobody took; given up again at Finish.
 		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
 	case d.heirUnseen:
-		// An heir's ambiguous first call was not followed by the owner's
+		// An heir's ambiguous skip was not followed by the owner's
 		// (a gap declared from the same takeover covers that event).
 		if gap.gapSince.IsZero() {
 			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-				Warn("in doubt: the owner was not called after this connection's first event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
+				Warn("in doubt: the owner was not called after this connection's previous event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
 			c.countInDoubt()
 		}
 		c.catchUp()
@@ -322,7 +321,7 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		case inSync:
 			// The heirSeen of the heir this one replaces is not ours
 			// (model finding C2); quiet arms the idle rule.
-			w.heir, w.heirSeen, w.quiet = tag, false, true
+			w.heir, w.heirSeen, w.heirUnseen, w.quiet = tag, false, false, true
 		default:
 			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
 			w.inDoubt = w.inDoubt || t.inDoubt
@@ -332,7 +331,7 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			// be called for, or a new one with its key: rule 1 declares it.
 			seen := w.heir == tag && w.heirSeen
 			w.inDoubt = w.inDoubt || !seen && w.acted && w.owner == 0
-			w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, seen, false
+			w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen = tag, 0, seen, false, false
 			outright = true
 		}
 		return true
@@ -388,13 +387,13 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 		case w.heir == tag:
 			// The heir this claim replaced is heir again (model finding
 			// C3), unseen, and its idle rule disarmed.
-			w.heir, w.heirSeen, w.quiet = 0, false, false
+			w.heir, w.heirSeen, w.heirUnseen, w.quiet = 0, false, false, false
 			if prev.heir != tag && prev.heir != 0 {
 				w.heir = prev.heir
 				c.cfg.Dir.setHeirEvents(mask)
 			}
 		case w.owner == tag:
-			w.owner, w.heir, w.heirSeen = prev.owner, 0, false
+			w.owner, w.heir, w.heirSeen, w.heirUnseen = prev.owner, 0, false, false
 		default:
 			return false
 		}
@@ -408,6 +407,20 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 // events the heir is never seen in the chain; after that long without
 // one, the runtime has long appended it (appending waits only for the
 // event in progress). It returns whether tag owns the register.
+//
+// It holds off while the register marks the heir's last call as rule 1's
+// ambiguous skip (cutWord.heirUnseen) and an owner holds it: that call may
+// have been for a new event that the runtime called the heir alone for
+// (the owner dropped), which only the next event can tell — the heir then
+// takes over declaring it (rule 2), or the owner hands over to it.
+// Promoted silently, the heir would act from the next event on and nothing
+// would declare that one (model finding C6, cut-x20). Declaring it at once
+// would be a false alarm after most idle handovers (the heir's first event
+// is the second call of the owner's last one whenever the runtime calls
+// the owner first). The hold is bounded (unseenHoldIntervals quiet
+// intervals after the last event): with no event by then the heir is
+// promoted anyway and declares that event in doubt, so that a node that
+// goes idle does not keep the heir unready for good.
 func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet time.Duration) bool {
 	d := c.cfg.Dir
 	c.mu.Lock()
@@ -419,6 +432,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 	from := c.heirFrom
 	c.mu.Unlock()
 	tick := min(quiet, predecessorPoll)
+	held := 0 // intervals held off (heirUnseen) since the last event
 	for {
 		w0, _, ok := d.readCut()
 		if !ok || w0.heir != tag {
@@ -465,24 +479,45 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		// event call since it was set); if an event cleared it, set it
 		// again and wait another interval (model finding C1: a separate
 		// counter cannot be checked in the same swap).
-		promoted := false
+		promoted, hold, declare := false, false, false
+		var from0 cutWord
 		d.updateCut(func(w *cutWord) bool {
+			hold, declare, from0 = false, false, *w
 			switch {
 			case w.heir != tag || (w.acted && !w.done):
 				return false
 			case !w.quiet:
-				w.quiet = true // re-arm
+				w.quiet, held = true, 0 // re-arm: an event came; the hold starts again
+			case w.heirUnseen && w.owner != 0 && held < unseenHoldIntervals:
+				hold = true // the next event decides (see above)
+				return false
 			default:
-				w.owner, w.heir, w.ownerSeen, w.heirSeen, w.quiet = tag, 0, true, false, false
+				declare = w.heirUnseen && w.owner != 0
+				w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen, w.quiet = tag, 0, true, false, false, false
 				promoted = true
 			}
 			return true
 		})
+		if hold {
+			if held++; held == 1 {
+				c.log.WithFields(logrus.Fields{"conn": tag, "owner_conn": from0.owner, "event_key": from0.key}).
+					Info("idle: not promoting yet: this connection's last event had the key of the owner's last one; the next event decides")
+			}
+			continue
+		}
 		if promoted {
 			c.mu.Lock()
 			d.setOwnerEvents(tag, c.conns[tag])
 			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
+			if declare {
+				// The owner was not seen after this connection's last
+				// event: the runtime may have dropped it before that event.
+				c.log.WithFields(logrus.Fields{"conn": tag, "event_key": from0.key, "owner_conn": from0.owner}).
+					Warn("in doubt: idle, and the owner was not seen after this connection's last event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
+				c.countInDoubt()
+				c.catchUp()
+			}
 			c.cutMoved(tag, true)
 			return true
 		}
@@ -513,6 +548,11 @@ func (c *Coordinator) predecessorGone(ctx context.Context, owner uint16, from st
 // predecessorPoll is how often an heir checks that the owner it waits for
 // is still alive.
 const predecessorPoll = 50 * time.Millisecond
+
+// unseenHoldIntervals is how many quiet intervals PromoteWhenIdle holds
+// off an heir whose last call was rule 1's ambiguous skip before it
+// promotes it declaring that event in doubt.
+const unseenHoldIntervals = 2
 
 // nobodyQuiet is PromoteWhenIdle's wait for an heir that took over from
 // nobody: long enough for the runtime to append it on an idle node.

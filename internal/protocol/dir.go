@@ -41,6 +41,11 @@ type Dir struct {
 	// them); fd is -1 and gen nil once closed.
 	genMu sync.RWMutex
 	gen   []byte
+
+	// beforeCutSwap, if set (tests only, before the directory is used), is
+	// called before each swap of decide: a test makes a swap fail there
+	// as a concurrent writer of the register would.
+	beforeCutSwap func()
 }
 
 // genFileSize is the size of owner.gen: one page, of which 16 bytes are used.

@@ -1,0 +1,126 @@
+package protocol
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
+)
+
+// logHook calls fire for every log entry (on the goroutine that logs).
+type logHook struct{ fire func(*logrus.Entry) }
+
+func (h logHook) Levels() []logrus.Level     { return logrus.AllLevels }
+func (h logHook) Fire(e *logrus.Entry) error { h.fire(e); return nil }
+
+// TestCutIdleHeirHeldAfterAnUnseenFirstCall: the owner acts on an event
+// before its heir is appended; the runtime drops the owner (frozen); the
+// next event has the same key and reaches the heir alone, whose first
+// call takes it for the second call of the owner's (rule 1) and skips it.
+// Then the node is idle. The idle rule must not promote the heir silently
+// (model finding C6, cut-x20: it did, the heir acted from the next event
+// on and nothing declared the skipped one): it holds off, and the next
+// event decides (rule 2 declares it); with no event, it promotes after
+// the hold declaring it. With the owner alive (called first at the next
+// event), the owner hands over and nothing is declared. PromoteWhenIdle
+// runs on the real time (the cut's timings are not on Config.Clock) with a
+// quiet interval of 1 ms; the test waits for its hold-off's log line,
+// where the hook stops it until the next event has been decided.
+func TestCutIdleHeirHeldAfterAnUnseenFirstCall(t *testing.T) {
+	const kind = 1 << 3
+	for _, tc := range []struct {
+		name              string
+		ownerAlive, event bool // the owner is called first at the next event; an event comes during the hold
+		declared          uint64
+	}{
+		{"dropped-next-event-decides", false, true, 1},
+		{"dropped-no-event-declared-at-promotion", false, false, 1},
+		{"owner-alive-hands-over", true, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := OpenDir(testRoot(t), "cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			held, resume := make(chan struct{}), make(chan struct{})
+			logger := logrus.New()
+			logger.SetOutput(io.Discard)
+			logger.AddHook(logHook{func(e *logrus.Entry) {
+				if tc.event && strings.HasPrefix(e.Message, "idle: not promoting") {
+					held <- struct{}{}
+					<-resume
+				}
+			}})
+			promoted := make(chan uint64, 4)
+			c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: "a", Version: "1", StartedUnixNano: 1},
+				Log: logrus.NewEntry(logger), OnPromoted: func(e uint64) { promoted <- e }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			// A reconnection: the owner and its heir are connections of
+			// this instance, the owner's still open (not gone).
+			owner, heir := c.Conn(kind), c.Conn(kind)
+			d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner, heir: heir, quiet: true}; return true })
+			d.setOwnerEvents(owner, kind)
+			d.setHeirEvents(kind)
+			if !c.Decide(owner, 1, kind).Act { // event 0, the heir not yet appended
+				t.Fatal("event 0: the owner did not act")
+			}
+			c.Finish(owner, 1)
+			if tc.ownerAlive { // event 1, key 1 again: the owner first
+				if !c.Decide(owner, 1, kind).Act {
+					t.Fatal("event 1: the owner did not act")
+				}
+				c.Finish(owner, 1)
+			}
+			if c.Decide(heir, 1, kind).Act { // the heir's first call: rule 1 skips it
+				t.Fatal("event 1: the heir acted on the owner's last key")
+			}
+			done := make(chan bool, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { done <- c.PromoteWhenIdle(ctx, heir, time.Millisecond) }()
+			if tc.event {
+				select {
+				case <-held:
+				case p := <-done:
+					t.Fatalf("the idle rule promoted the heir (%v) after its unseen first call, without holding off", p)
+				}
+				// Event 2 (another key), the idle rule held off.
+				if tc.ownerAlive {
+					if dec := c.Decide(owner, 2, kind); dec.Act || !dec.HandedOver {
+						t.Fatalf("event 2: the owner did not hand over: %+v", dec)
+					}
+				}
+				dec := c.Decide(heir, 2, kind)
+				close(resume)
+				if !dec.Act || dec.Overrun == tc.ownerAlive {
+					t.Fatalf("event 2: the heir acted %v, declared event 1 %v; want acting, declaring %v: %+v", dec.Act, dec.Overrun, !tc.ownerAlive, dec)
+				}
+				if !<-done {
+					t.Fatal("PromoteWhenIdle: the heir does not own the register after event 2")
+				}
+			} else {
+				if !<-done {
+					t.Fatal("PromoteWhenIdle: no promotion after the hold")
+				}
+				if dec := c.Decide(heir, 2, kind); !dec.Act || dec.Overrun || dec.InDoubt {
+					t.Fatalf("event 2 after the idle promotion: %+v", dec)
+				}
+			}
+			if n := c.InDoubt(); n != tc.declared {
+				t.Fatalf("event 1 declared in doubt %d times, want %d", n, tc.declared)
+			}
+			if n := uint64(len(promoted)); n != tc.declared {
+				t.Fatalf("%d catch-ups, want %d", n, tc.declared)
+			}
+		})
+	}
+}
