@@ -386,23 +386,28 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		started++
-		if err := waitOwner(ctx, next); err != nil {
+		// The newcomer owns; or, after a fault, an instance that took
+		// over from a frozen owner by the cut superseded it meanwhile.
+		to, err := r.waitSettled(ctx, next)
+		if err != nil {
 			return nil, fmt.Errorf("handover %d: %w", h+1, err)
 		}
 		res.Handovers = append(res.Handovers, Handover{
-			From: owner.ID(), To: next.ID(),
-			FromVersion: owner.Version(), ToVersion: next.Version(), Took: time.Since(begin),
+			From: owner.ID(), To: to.ID(),
+			FromVersion: owner.Version(), ToVersion: to.Version(), Took: time.Since(begin),
 		})
 		// As the DaemonSet controller does once the new pod is ready.
-		if retired != nil {
+		if retired != nil && retired != to {
 			_ = retired.Stop()
 		}
-		if r.cfg.KeepOld {
-			retired = owner
-		} else {
-			_ = owner.Stop()
+		if to != owner {
+			if r.cfg.KeepOld {
+				retired = owner
+			} else {
+				_ = owner.Stop()
+			}
 		}
-		owner = next
+		owner = to
 	}
 	if err := waitEvents(r.cfg.Events); err != nil {
 		return nil, err
@@ -506,9 +511,9 @@ func (r *runner) fault(ctx context.Context, res *Result, owner *instance, starte
 
 // waitSettled waits, on the instances' change notifications, until the
 // newly started instance next owns the plugin and acts, or has settled in
-// another role (it found another instance owning: a retired instance that
-// took ownership back when the owner was killed may keep it) while another
-// instance owns and acts; it returns the owner then, for at most 30 s.
+// another role while another instance owns and acts (a retired instance
+// that took ownership back when the owner was killed or frozen may keep
+// it, superseding next); it returns the owner then, for at most 30 s.
 func (r *runner) waitSettled(ctx context.Context, next *instance) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -539,7 +544,7 @@ func (r *runner) waitSettled(ctx context.Context, next *instance) (*instance, er
 		case <-ctx.Done():
 			close(stop)
 			_, why := next.Plugin().Ready()
-			return nil, fmt.Errorf("%s started after a kill: no instance owns and acts (%s is %v: %s): %w",
+			return nil, fmt.Errorf("%s started: no instance owns and acts (%s is %v: %s): %w",
 				next.ID(), next.ID(), role, why, ctx.Err())
 		}
 	}
