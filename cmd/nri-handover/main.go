@@ -252,6 +252,7 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 		fmt.Fprintf(tw, "  caught up (container handed to the author later)\t%d\n", rep.MissedCaughtUp)
 		fmt.Fprintf(tw, "  missed, in a declared gap (sent to no instance)\t%d\n", rep.MissedInGap)
 		fmt.Fprintf(tw, "  missed, undeclared\t%d\n", rep.MissedUndeclared)
+		fmt.Fprintf(tw, "missed (lost: in a gap or undeclared)\t%d\n", rep.Missed)
 		fmt.Fprintf(tw, "containers created unprocessed\t%d\n", rep.Unstamped)
 		fmt.Fprintf(tw, "  caught up\t%d\n", rep.UnstampedCaughtUp)
 		fmt.Fprintf(tw, "  ended while no instance was connected\t%d\n", rep.UnstampedUnseen)
