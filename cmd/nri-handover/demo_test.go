@@ -97,10 +97,15 @@ func TestDemoFaults(t *testing.T) {
 //     handover to a newcomer (plugin: "catch-up: could not replace the
 //     runtime connection: context canceled"); a container listed only by
 //     the promoted owner's earlier Synchronize and stopped before the
-//     newcomer's is handed to no author.
+//     newcomer's is handed to no author. And a container created while
+//     the gap's new owner synchronized (its CreateContainer reached
+//     nobody, its Synchronize did not list it, as containerd's and
+//     CRI-O's do not): the owner acts on its later events and nothing
+//     hands it (plugin: a later event of an unstamped container never
+//     handed is a sure sign; the harness could hand it then).
 const (
 	knownUndeclared  = 5
-	knownUnprocessed = 4
+	knownUnprocessed = 5
 )
 
 // demoFaultsReport is the part of the demo's JSON that

@@ -370,15 +370,16 @@ type Result struct {
 	// unprocessed (see CatchUps).
 	CaughtUp int
 	// Unseen counts the unstamped containers that no runtime Synchronize
-	// listed and that were stopped or removed by the time of Check: they
-	// were created and ended while no instance was connected to act on
-	// them or to be synchronized with them, so nothing could hand them
-	// to an author.
+	// listed, that no instance acted on any event of, and that were
+	// stopped or removed by the time of Check: they were created and ended
+	// while no instance was connected to act on them or to be
+	// synchronized with them, so nothing could hand them to an author.
 	Unseen int
 	// Unprocessed lists (first 20) the unstamped containers never handed
 	// to an author although a runtime Synchronize listed them after their
-	// creation, or that were still running at Check: containers the
-	// catch-up should have covered. UnprocessedCount counts all of them.
+	// creation, or an instance acted on a later event of theirs, or that
+	// were still running at Check: containers the catch-up should have
+	// covered. UnprocessedCount counts all of them.
 	Unprocessed      []string
 	UnprocessedCount int
 	// HandedTwice lists (first 20) the containers handed to an author as
@@ -464,12 +465,15 @@ func (n *Node) Check() (Result, error) {
 			switch {
 			case handed[c.Id] != 0:
 				res.CaughtUp++
-			case listed[c.Id].IsZero() && !live:
+			case listed[c.Id].IsZero() && !live && !n.ledger.actedOn(c.Id):
 				res.Unseen++
 			default:
 				res.UnprocessedCount++
 				if len(res.Unprocessed) < maxTexts {
 					why := "still running"
+					if !live && listed[c.Id].IsZero() {
+						why = fmt.Sprintf("created %s, a later event of it acted on", created[c.Id].UTC().Format("15:04:05.000000"))
+					}
 					if t := listed[c.Id]; !t.IsZero() {
 						why = fmt.Sprintf("created %s, listed by a runtime Synchronize at %s",
 							created[c.Id].UTC().Format("15:04:05.000000"), t.UTC().Format("15:04:05.000000"))
