@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,7 +46,9 @@ func TestDemoFaults(t *testing.T) {
 	_ = demo([]string{"-events", "600", "-handovers", "1", "-faults", "2", "-request-timeout", "200ms", "--json"}, &out)
 	var rep struct {
 		Faults           []string          `json:"faults"`
+		Unacted          int               `json:"unacted"`
 		Missed           int               `json:"missed"`
+		MissedCaughtUp   int               `json:"missed_caught_up"`
 		Duplicates       int               `json:"duplicates"`
 		MissedInGap      int               `json:"missed_in_gap"`
 		MissedInDoubt    int               `json:"missed_in_doubt"`
@@ -63,9 +66,10 @@ func TestDemoFaults(t *testing.T) {
 	if rep.MissedUndeclared != 0 {
 		t.Errorf("%d of %d missed events undeclared:\n%s", rep.MissedUndeclared, rep.Missed, strings.Join(rep.Problems, "\n"))
 	}
-	if sorted := rep.MissedInGap + rep.MissedInDoubt + rep.MissedUndeclared; sorted < rep.Missed || rep.Duplicates == 0 && sorted != rep.Missed {
-		t.Errorf("missed %d, sorted %d (%d in a gap window, %d in doubt, %d undeclared)",
-			rep.Missed, sorted, rep.MissedInGap, rep.MissedInDoubt, rep.MissedUndeclared)
+	if sorted := rep.MissedInGap + rep.MissedInDoubt + rep.MissedCaughtUp + rep.MissedUndeclared; sorted < rep.Unacted ||
+		rep.Duplicates == 0 && sorted != rep.Unacted || rep.Missed != rep.MissedInGap+rep.MissedUndeclared {
+		t.Errorf("unacted %d, sorted %d (%d in a gap window, %d in doubt, %d caught up, %d undeclared), missed %d",
+			rep.Unacted, sorted, rep.MissedInGap, rep.MissedInDoubt, rep.MissedCaughtUp, rep.MissedUndeclared, rep.Missed)
 	}
 	if len(rep.GapWindows) != rep.Gaps {
 		t.Errorf("%d gap windows, %d gaps", len(rep.GapWindows), rep.Gaps)
@@ -76,5 +80,118 @@ func TestDemoFaults(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "runtime mode") || !strings.Contains(out.String(), "OK: every event") {
 		t.Fatalf("default tables:\n%s", out.String())
+	}
+}
+
+// What TestDemoFaultsInEveryMode still allows per run, both outside this
+// command's reach (docs/reliability.md, "The demo with -faults: what is
+// lost and why"); each measured at most 4 per run over about 40 runs of
+// -faults 10 (at the default size and at this test's), 2026-12-04:
+//
+//   - knownUndeclared: a frozen owner dropped by the runtime while the
+//     only other instance was reconnecting (its own earlier drop): nobody
+//     saw the drop, so the taker's rule-3/4 takeover declares the held
+//     event in doubt and no gap; the events between the drop and its
+//     append are declared by nobody (internal/protocol's cut).
+//   - knownUnprocessed: a promoted owner's catch-up cancelled by a
+//     handover to a newcomer (plugin: "catch-up: could not replace the
+//     runtime connection: context canceled"); a container listed only by
+//     the promoted owner's earlier Synchronize and stopped before the
+//     newcomer's is handed to no author. And a container created while
+//     the gap's new owner synchronized (its CreateContainer reached
+//     nobody, its Synchronize did not list it, as containerd's and
+//     CRI-O's do not): the owner acts on its later events and nothing
+//     hands it (plugin: a later event of an unstamped container never
+//     handed is a sure sign; the harness could hand it then).
+const (
+	knownUndeclared  = 5
+	knownUnprocessed = 5
+)
+
+// demoFaultsReport is the part of the demo's JSON that
+// TestDemoFaultsInEveryMode checks.
+type demoFaultsReport struct {
+	Faults            []string `json:"faults"`
+	Duplicates        int      `json:"duplicates"`
+	FailedCreates     int      `json:"failed_creates"`
+	Unacted           int      `json:"unacted"`
+	Missed            int      `json:"missed"`
+	MissedInGap       int      `json:"missed_in_gap"`
+	MissedInDoubt     int      `json:"missed_in_doubt"`
+	MissedCaughtUp    int      `json:"missed_caught_up"`
+	MissedUndeclared  int      `json:"missed_undeclared"`
+	Unstamped         int      `json:"unstamped"`
+	UnstampedCaughtUp int      `json:"unstamped_caught_up"`
+	UnstampedUnseen   int      `json:"unstamped_unseen"`
+	Unprocessed       int      `json:"unprocessed"`
+	InDoubt           int      `json:"in_doubt"`
+	CaughtUp          int      `json:"caught_up"`
+	Gaps              int      `json:"gaps"`
+	GapWindows        []struct {
+		Missed int `json:"missed"`
+	} `json:"gap_windows"`
+	Problems []string `json:"problems"`
+}
+
+// In every runtime mode, ten owner kills and freezes at fixed-seed random
+// moments: nothing is acted on twice, no creation fails, at most one event
+// per fault is in doubt, and every event no instance acted on is accounted
+// for: in doubt, caught up (its container was handed to the author
+// afterwards) or in a declared gap window (no instance connected: the
+// runtime sent it to nobody); undeclared only within knownUndeclared.
+// Every container created unprocessed was handed to an author, unless it
+// lived and ended while no instance was connected (within
+// knownUnprocessed). The run ends only once an instance acts again after
+// the last fault, so no fault is left without its takeover.
+func TestDemoFaultsInEveryMode(t *testing.T) {
+	const faults = 10
+	for _, mode := range []string{"containerd", "cri-o", "gap", "exit-stop"} {
+		t.Run(mode, func(t *testing.T) {
+			var out bytes.Buffer
+			err := demo([]string{"-runtime", mode, "-faults", strconv.Itoa(faults), "-seed", "2",
+				"-events", "4000", "-handovers", "8", "-request-timeout", "300ms", "--json"}, &out)
+			if err != nil && err != errGuarantee {
+				t.Fatalf("%v\n%s", err, out.String())
+			}
+			var rep demoFaultsReport
+			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			t.Logf("%s: unacted %d = %d in doubt + %d caught up + %d in gap windows + %d undeclared; unstamped %d = %d caught up + %d unseen + %d unprocessed; in doubt %d, caught up %d, gaps %d",
+				mode, rep.Unacted, rep.MissedInDoubt, rep.MissedCaughtUp, rep.MissedInGap, rep.MissedUndeclared,
+				rep.Unstamped, rep.UnstampedCaughtUp, rep.UnstampedUnseen, rep.Unprocessed, rep.InDoubt, rep.CaughtUp, rep.Gaps)
+			problems := strings.Join(rep.Problems, "\n")
+			if len(rep.Faults) != faults {
+				t.Errorf("faults %v, want %d", rep.Faults, faults)
+			}
+			if rep.Duplicates != 0 || rep.FailedCreates != 0 || rep.InDoubt > faults {
+				t.Errorf("duplicates %d, failed creates %d, in doubt %d (faults %d)", rep.Duplicates, rep.FailedCreates, rep.InDoubt, faults)
+			}
+			if rep.MissedUndeclared > knownUndeclared {
+				t.Errorf("%d missed events undeclared (known: up to %d):\n%s", rep.MissedUndeclared, knownUndeclared, problems)
+			} else if rep.MissedUndeclared != 0 {
+				t.Logf("known (knownUndeclared): %d missed events undeclared:\n%s", rep.MissedUndeclared, problems)
+			}
+			if sorted := rep.MissedInDoubt + rep.MissedCaughtUp + rep.MissedInGap + rep.MissedUndeclared; sorted != rep.Unacted ||
+				rep.Missed != rep.MissedInGap+rep.MissedUndeclared {
+				t.Errorf("unacted %d, sorted %d; missed %d", rep.Unacted, sorted, rep.Missed)
+			}
+			inWindows := 0
+			for _, w := range rep.GapWindows {
+				inWindows += w.Missed
+			}
+			if len(rep.GapWindows) != rep.Gaps || inWindows != rep.MissedInGap {
+				t.Errorf("%d gap windows with %d missed events; %d gaps, %d missed in a gap", len(rep.GapWindows), inWindows, rep.Gaps, rep.MissedInGap)
+			}
+			if rep.Unprocessed > knownUnprocessed || rep.Unstamped != rep.UnstampedCaughtUp+rep.UnstampedUnseen+rep.Unprocessed {
+				t.Errorf("unstamped %d: %d caught up, %d unseen, %d never handed to an author (known: up to %d):\n%s",
+					rep.Unstamped, rep.UnstampedCaughtUp, rep.UnstampedUnseen, rep.Unprocessed, knownUnprocessed, problems)
+			} else if rep.Unprocessed != 0 {
+				t.Logf("known (knownUnprocessed): %d containers never handed to an author:\n%s", rep.Unprocessed, problems)
+			}
+			if rep.UnstampedCaughtUp != rep.CaughtUp {
+				t.Errorf("%d unstamped containers handed to an author, the instances count %d caught up", rep.UnstampedCaughtUp, rep.CaughtUp)
+			}
+		})
 	}
 }

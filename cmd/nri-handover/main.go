@@ -78,30 +78,47 @@ var errGuarantee = errors.New("guarantees broken: see the report")
 
 // demoReport is the --json output.
 type demoReport struct {
-	Events           int            `json:"events"`
-	Duplicates       int            `json:"duplicates"`
-	Missed           int            `json:"missed"`
-	MissedInGap      int            `json:"missed_in_gap"`
-	MissedInDoubt    int            `json:"missed_in_doubt"`
-	MissedUndeclared int            `json:"missed_undeclared"`
-	Handovers        int            `json:"handovers"`
-	MaxSwitchDelayUS int64          `json:"max_switch_delay_us"`
-	MaxHandoverUS    int64          `json:"max_handover_us"`
-	MaxEventUS       int64          `json:"max_event_us"`
-	FailedCreates    int            `json:"failed_creates"`
-	Dropped          int            `json:"dropped"`
-	Unstamped        int            `json:"unstamped"`
-	InDoubt          int            `json:"in_doubt"`
-	CaughtUp         int            `json:"caught_up"`
-	Gaps             int            `json:"gaps"`
-	GapWindows       []gapWindow    `json:"gap_windows,omitempty"`
-	Acted            map[string]int `json:"acted"`
-	Instances        int            `json:"instances"`
-	ElapsedMS        int64          `json:"elapsed_ms"`
-	Runtime          string         `json:"runtime"`
-	Faults           []string       `json:"faults,omitempty"`
-	OK               bool           `json:"ok"`
-	Problems         []string       `json:"problems,omitempty"`
+	Events     int `json:"events"`
+	Duplicates int `json:"duplicates"`
+	// Unacted counts the delivered events no instance acted on; each is
+	// either declared in doubt (missed_in_doubt), or caught up (its
+	// container was handed to the author afterwards, missed_caught_up), or
+	// missed.
+	Unacted int `json:"unacted"`
+	// Missed counts the events no instance acted on, not declared in doubt
+	// and not caught up: lost. Those inside a declared gap window (no
+	// instance connected to the runtime: it sent them to nobody) are
+	// missed_in_gap, the others missed_undeclared.
+	Missed           int   `json:"missed"`
+	MissedInGap      int   `json:"missed_in_gap"`
+	MissedInDoubt    int   `json:"missed_in_doubt"`
+	MissedCaughtUp   int   `json:"missed_caught_up"`
+	MissedUndeclared int   `json:"missed_undeclared"`
+	Handovers        int   `json:"handovers"`
+	MaxSwitchDelayUS int64 `json:"max_switch_delay_us"`
+	MaxHandoverUS    int64 `json:"max_handover_us"`
+	MaxEventUS       int64 `json:"max_event_us"`
+	FailedCreates    int   `json:"failed_creates"`
+	Dropped          int   `json:"dropped"`
+	// Unstamped counts the containers no instance processed at their
+	// creation: unstamped_caught_up were handed to the author later,
+	// unstamped_unseen lived and ended while no instance was connected
+	// (no Synchronize listed them), unprocessed neither (a broken catch-up).
+	Unstamped         int            `json:"unstamped"`
+	UnstampedCaughtUp int            `json:"unstamped_caught_up"`
+	UnstampedUnseen   int            `json:"unstamped_unseen"`
+	Unprocessed       int            `json:"unprocessed"`
+	InDoubt           int            `json:"in_doubt"`
+	CaughtUp          int            `json:"caught_up"`
+	Gaps              int            `json:"gaps"`
+	GapWindows        []gapWindow    `json:"gap_windows,omitempty"`
+	Acted             map[string]int `json:"acted"`
+	Instances         int            `json:"instances"`
+	ElapsedMS         int64          `json:"elapsed_ms"`
+	Runtime           string         `json:"runtime"`
+	Faults            []string       `json:"faults,omitempty"`
+	OK                bool           `json:"ok"`
+	Problems          []string       `json:"problems,omitempty"`
 }
 
 // gapWindow is a declared gap window in the --json output: no instance
@@ -111,6 +128,8 @@ type gapWindow struct {
 	Start    string `json:"start"`
 	End      string `json:"end"`
 	MS       int64  `json:"ms"`
+	// Missed counts the missed events delivered in the window.
+	Missed int `json:"missed"`
 }
 
 func demo(args []string, out io.Writer) error {
@@ -163,8 +182,10 @@ func demo(args []string, out io.Writer) error {
 		return err
 	}
 	rep := demoReport{
-		Events: res.Report.Events, Duplicates: res.Report.Duplicates, Missed: res.Report.Missed,
-		Handovers: len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
+		Events: res.Report.Events, Duplicates: res.Report.Duplicates, Unacted: res.Report.Missed,
+		UnstampedCaughtUp: res.CaughtUpContainers, UnstampedUnseen: res.Unseen, Unprocessed: res.UnprocessedCount,
+		MissedCaughtUp: res.Missed.CaughtUp,
+		Handovers:      len(res.Handovers), MaxSwitchDelayUS: res.Stats.MaxSyncWait.Microseconds(),
 		MaxEventUS:    res.Stats.MaxEventLatency.Microseconds(),
 		FailedCreates: res.Stats.FailedCreates, Dropped: len(res.Dropped()), Acted: res.ActedByVersion,
 		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Gaps: res.Gaps, Runtime: string(res.Mode), Faults: res.Faults,
@@ -173,11 +194,12 @@ func demo(args []string, out io.Writer) error {
 	}
 	if !res.Missed.GapsCaptured && rep.MissedUndeclared == 0 {
 		// Without every window the misses cannot be shown declared.
-		rep.MissedUndeclared = rep.Missed - rep.MissedInGap - rep.MissedInDoubt
+		rep.MissedUndeclared = rep.Unacted - rep.MissedInGap - rep.MissedInDoubt - rep.MissedCaughtUp
 	}
+	rep.Missed = rep.MissedInGap + rep.MissedUndeclared
 	for _, w := range res.Missed.Windows {
 		rep.GapWindows = append(rep.GapWindows, gapWindow{Instance: w.Instance,
-			Start: w.Start.UTC().Format(time.RFC3339Nano), End: w.End.UTC().Format(time.RFC3339Nano), MS: w.End.Sub(w.Start).Milliseconds()})
+			Start: w.Start.UTC().Format(time.RFC3339Nano), End: w.End.UTC().Format(time.RFC3339Nano), MS: w.End.Sub(w.Start).Milliseconds(), Missed: w.Missed})
 	}
 	for _, h := range res.Handovers {
 		rep.MaxHandoverUS = max(rep.MaxHandoverUS, h.Took.Microseconds())
@@ -222,13 +244,21 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "events delivered\t%d\n", rep.Events)
-	fmt.Fprintf(tw, "acted on exactly once\t%d\n", rep.Events-rep.Missed)
+	fmt.Fprintf(tw, "acted on exactly once\t%d\n", rep.Events-rep.Unacted)
 	fmt.Fprintf(tw, "duplicates\t%d\n", rep.Duplicates)
-	fmt.Fprintf(tw, "missed\t%d\n", rep.Missed)
-	if rep.Missed > 0 || rep.Gaps > 0 || rep.InDoubt > 0 {
-		fmt.Fprintf(tw, "missed, in a declared gap window\t%d\n", rep.MissedInGap)
-		fmt.Fprintf(tw, "missed, declared in doubt\t%d\n", rep.MissedInDoubt)
-		fmt.Fprintf(tw, "missed, undeclared\t%d\n", rep.MissedUndeclared)
+	if rep.Unacted > 0 || rep.Gaps > 0 || rep.InDoubt > 0 {
+		fmt.Fprintf(tw, "not acted on\t%d\n", rep.Unacted)
+		fmt.Fprintf(tw, "  declared in doubt\t%d\n", rep.MissedInDoubt)
+		fmt.Fprintf(tw, "  caught up (container handed to the author later)\t%d\n", rep.MissedCaughtUp)
+		fmt.Fprintf(tw, "  missed, in a declared gap (sent to no instance)\t%d\n", rep.MissedInGap)
+		fmt.Fprintf(tw, "  missed, undeclared\t%d\n", rep.MissedUndeclared)
+		fmt.Fprintf(tw, "missed (lost: in a gap or undeclared)\t%d\n", rep.Missed)
+		fmt.Fprintf(tw, "containers created unprocessed\t%d\n", rep.Unstamped)
+		fmt.Fprintf(tw, "  caught up\t%d\n", rep.UnstampedCaughtUp)
+		fmt.Fprintf(tw, "  ended while no instance was connected\t%d\n", rep.UnstampedUnseen)
+		fmt.Fprintf(tw, "  never handed to the author\t%d\n", rep.Unprocessed)
+	} else {
+		fmt.Fprintf(tw, "missed\t%d\n", rep.Missed)
 	}
 	fmt.Fprintf(tw, "failed container creations\t%d\n", rep.FailedCreates)
 	fmt.Fprintf(tw, "instances dropped by the runtime\t%d\n", rep.Dropped)

@@ -18,6 +18,11 @@ type Missed struct {
 	// protocol read the takeover time). No tolerance is needed: both
 	// bounds are on the safe side of what the protocol declared.
 	InGap int
+	// CaughtUp counts the missed container events (not declared in
+	// doubt) delivered before their container was handed to an author as
+	// unprocessed (a catch-up, plugintest.Node.CatchUps): the author
+	// learned of the container afterwards, in its current state.
+	CaughtUp int
 	// InDoubt counts the other missed events declared in doubt: by name
 	// (the instance that took over was handed the event), by the
 	// protocol's key of the event, or, for a declaration that names
@@ -46,13 +51,23 @@ type Missed struct {
 type GapWindow struct {
 	Instance   string
 	Start, End time.Time
+	// Missed counts the missed events classify put in this window (the
+	// first window containing their delivery's start).
+	Missed int
 }
 
-// classify sorts the unacted deliveries against the declarations; gaps is
-// the sum of the instances' Stats.Gaps; all is every delivery, in order;
-// requestTimeout is the runtime's.
-func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration, gaps int, requestTimeout time.Duration) Missed {
+// classify sorts the unacted deliveries against the declarations and the
+// catch-ups; gaps is the sum of the instances' Stats.Gaps; all is every
+// delivery, in order; requestTimeout is the runtime's.
+func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration, catchUps []plugintest.CatchUp,
+	gaps int, requestTimeout time.Duration) Missed {
 	var m Missed
+	handed := map[string]time.Time{} // container -> first handed
+	for _, c := range catchUps {
+		if t, ok := handed[c.ID]; !ok || c.At.Before(t) {
+			handed[c.ID] = c.At
+		}
+	}
 	type name struct {
 		ev plugintest.Event
 		id string
@@ -118,7 +133,13 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 			endRun()
 			continue
 		}
-		if m.inWindow(d.Start) {
+		if t, ok := handed[d.ID]; ok && !d.Event.IsPodEvent() && d.Start.Before(t) {
+			m.CaughtUp++
+			endRun()
+			continue
+		}
+		if w := m.window(d.Start); w != nil {
+			w.Missed++
 			m.InGap++
 			endRun()
 			continue
@@ -140,14 +161,15 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 	return m
 }
 
-// inWindow tells whether a declared window contains t (bounds included).
-func (m *Missed) inWindow(t time.Time) bool {
-	for _, w := range m.Windows {
-		if !t.Before(w.Start) && !t.After(w.End) {
-			return true
+// window returns the first declared window that contains t (bounds
+// included), nil if none does.
+func (m *Missed) window(t time.Time) *GapWindow {
+	for i := range m.Windows {
+		if w := &m.Windows[i]; !t.Before(w.Start) && !t.After(w.End) {
+			return w
 		}
 	}
-	return false
+	return nil
 }
 
 // nearest describes the declared windows just before and after t.

@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{Instance: "i03", Start: at(2062), End: at(2062)}, // the one before: c3's CreateContainer
 		{Instance: "i03", Start: at(2062), End: at(2062)}, // that one taken: the one given up on
 	}
-	m := classify(unacted, all, decl, 1, 2*time.Second)
+	m := classify(unacted, all, decl, nil, 1, 2*time.Second)
 	if m.InGap != 3 || m.InDoubt != 4 || m.UndeclaredCount != 1 || !m.GapsCaptured {
 		t.Fatalf("in gap %d, in doubt %d, undeclared %d (%v), gaps captured %v; want 3, 4, 1, true",
 			m.InGap, m.InDoubt, m.UndeclaredCount, m.Undeclared, m.GapsCaptured)
@@ -55,12 +55,12 @@ func TestClassify(t *testing.T) {
 		t.Fatalf("runs %v, undeclared %v", m.UndeclaredRuns, m.Undeclared)
 	}
 	// A gap the instances counted but whose window was not collected.
-	if m := classify(unacted, all, decl, 2, 2*time.Second); m.GapsCaptured {
+	if m := classify(unacted, all, decl, nil, 2, 2*time.Second); m.GapsCaptured {
 		t.Fatal("2 gaps counted, 1 window collected: GapsCaptured")
 	}
 	// Without the second key-less declaration the event given up on is
 	// undeclared.
-	if m := classify(unacted, all, decl[:4], 1, 2*time.Second); m.UndeclaredCount != 2 {
+	if m := classify(unacted, all, decl[:4], nil, 1, 2*time.Second); m.UndeclaredCount != 2 {
 		t.Fatalf("undeclared %d, want 2: %v", m.UndeclaredCount, m.Undeclared)
 	}
 }

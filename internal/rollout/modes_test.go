@@ -82,16 +82,29 @@ func TestRolloutInEveryMode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%v: %d events, %d duplicates, %d missed (%d in a gap window, %d in doubt, %d undeclared), %d failed creates, %d unstamped, %d in doubt, %d caught up, %d gaps, faults %v",
+			t.Logf("%v: %d events, %d duplicates, %d unacted (%d in a gap window, %d in doubt, %d caught up, %d undeclared), %d failed creates, %d unstamped (%d caught up, %d unseen, %d unprocessed), %d in doubt, %d caught up, %d gaps, faults %v",
 				s, res.Report.Events, res.Report.Duplicates, res.Report.Missed,
-				res.Missed.InGap, res.Missed.InDoubt, res.Missed.UndeclaredCount, res.Stats.FailedCreates,
-				res.Unstamped, res.InDoubt, res.CaughtUp, res.Gaps, res.Faults)
+				res.Missed.InGap, res.Missed.InDoubt, res.Missed.CaughtUp, res.Missed.UndeclaredCount, res.Stats.FailedCreates,
+				res.Unstamped, res.CaughtUpContainers, res.Unseen, res.UnprocessedCount, res.InDoubt, res.CaughtUp, res.Gaps, res.Faults)
 			// Every missed event is sorted into exactly one class (an
 			// event missed and another occurrence of it acted twice count
 			// as a miss here and not in the report).
-			if sorted := res.Missed.InGap + res.Missed.InDoubt + res.Missed.UndeclaredCount; sorted < res.Report.Missed ||
+			if sorted := res.Missed.InGap + res.Missed.InDoubt + res.Missed.CaughtUp + res.Missed.UndeclaredCount; sorted < res.Report.Missed ||
 				res.Report.Duplicates == 0 && sorted != res.Report.Missed {
 				t.Errorf("%d missed events sorted, the report has %d", sorted, res.Report.Missed)
+			}
+			// Every gap ends with a catch-up: a container no instance
+			// processed is handed to an author unless it lived and ended
+			// while no instance was connected; none is handed twice. Up to
+			// one per fault may be missed for the causes outside the
+			// rollout that cmd/nri-handover's knownUnprocessed names
+			// (none seen at 2 faults so far).
+			if res.UnprocessedCount > s.faults || len(res.HandedTwice) != 0 ||
+				res.Unstamped != res.CaughtUpContainers+res.Unseen+res.UnprocessedCount {
+				t.Errorf("unstamped %d = %d caught up + %d unseen + %d unprocessed %v; handed twice %v",
+					res.Unstamped, res.CaughtUpContainers, res.Unseen, res.UnprocessedCount, res.Unprocessed, res.HandedTwice)
+			} else if res.UnprocessedCount != 0 {
+				t.Logf("known: %d containers never handed to an author: %v", res.UnprocessedCount, res.Unprocessed)
 			}
 			if !res.Missed.GapsCaptured {
 				t.Errorf("%d gap windows collected, the instances declared %d gaps", len(res.Missed.Windows), res.Gaps)

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"golang.org/x/sys/unix"
 
+	"github.com/nri-handover/nri-handover/handover"
 	"github.com/nri-handover/nri-handover/internal/sim"
 	"github.com/nri-handover/nri-handover/plugin"
 	"github.com/nri-handover/nri-handover/plugin/plugintest"
@@ -116,8 +117,19 @@ type Result struct {
 	WorkloadErrors []string
 	// Faults lists the faults injected, e.g. "kill i03-v2.0.0 at event 812".
 	Faults []string
-	// Unstamped counts the created containers without a valid stamp.
-	Unstamped int
+	// Unstamped counts the created containers without a valid stamp; each
+	// is in one of CaughtUpContainers (handed to an author as
+	// unprocessed), Unseen (created and ended while no instance was
+	// connected: no Synchronize listed it) and Unprocessed (listed by a
+	// Synchronize, or still running, and never handed: a broken catch-up).
+	Unstamped, CaughtUpContainers, Unseen int
+	// Unprocessed lists (first 20) the unstamped containers that the
+	// catch-up should have handed to an author and did not;
+	// UnprocessedCount counts them all.
+	Unprocessed      []string
+	UnprocessedCount int
+	// HandedTwice lists containers handed to a catch-up more than once.
+	HandedTwice []string
 	// InDoubt counts the events the harness declared in doubt (an owner
 	// died inside its handler), CaughtUp the containers and lifecycle
 	// changes it handed to a catch-up after a gap: both as the instances
@@ -216,6 +228,13 @@ func (r *Result) Problems() []string {
 			out = append(out, "  "+u)
 		}
 	}
+	if r.UnprocessedCount != 0 {
+		out = append(out, fmt.Sprintf("%d containers without a stamp were never handed to an author (a Synchronize listed them, or they still run):", r.UnprocessedCount))
+		for _, u := range r.Unprocessed {
+			out = append(out, "  "+u)
+		}
+	}
+	out = append(out, r.HandedTwice...)
 	out = append(out, r.StampProblems...)
 	out = append(out, r.WorkloadErrors...)
 	return out
@@ -352,14 +371,13 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		if st.fault {
+			n := len(r.all)
 			next, err := r.fault(ctx, res, owner, started, waitCond)
 			if err != nil {
 				return nil, fmt.Errorf("fault %d: %w", len(res.Faults), err)
 			}
-			if next != owner {
-				started++
-				owner = next
-			}
+			started += len(r.all) - n // a killed owner's replacement
+			owner = next
 			continue
 		}
 		begin := time.Now()
@@ -368,26 +386,42 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		started++
-		if err := waitOwner(ctx, next); err != nil {
+		// The newcomer owns; or, after a fault, an instance that took
+		// over from a frozen owner by the cut superseded it meanwhile.
+		to, err := r.waitSettled(ctx, next)
+		if err != nil {
 			return nil, fmt.Errorf("handover %d: %w", h+1, err)
 		}
 		res.Handovers = append(res.Handovers, Handover{
-			From: owner.ID(), To: next.ID(),
-			FromVersion: owner.Version(), ToVersion: next.Version(), Took: time.Since(begin),
+			From: owner.ID(), To: to.ID(),
+			FromVersion: owner.Version(), ToVersion: to.Version(), Took: time.Since(begin),
 		})
 		// As the DaemonSet controller does once the new pod is ready.
-		if retired != nil {
+		if retired != nil && retired != to {
 			_ = retired.Stop()
 		}
-		if r.cfg.KeepOld {
-			retired = owner
-		} else {
-			_ = owner.Stop()
+		if to != owner {
+			if r.cfg.KeepOld {
+				retired = owner
+			} else {
+				_ = owner.Stop()
+			}
 		}
-		owner = next
+		owner = to
 	}
 	if err := waitEvents(r.cfg.Events); err != nil {
 		return nil, err
+	}
+	if len(res.Faults) != 0 {
+		// The run ends only once an instance acts again after the last
+		// fault: else the events after it would be left to a takeover
+		// that never comes (no instance declared them, none caught up).
+		actCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := waitCond(actCtx, r.acting)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("no instance acting after the last fault: %w", err)
+		}
 	}
 	stopWork()
 	wg.Wait()
@@ -415,12 +449,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if timeout <= 0 {
 		timeout = api.DefaultPluginRequestTimeout
 	}
-	res.Missed = classify(unacted, deliveries, r.node.Declarations(), res.Gaps, timeout)
+	res.Missed = classify(unacted, deliveries, r.node.Declarations(), r.node.CatchUps(), res.Gaps, timeout)
 	check, err := r.node.Check()
 	if err != nil {
 		return nil, err
 	}
 	res.StampProblems, res.Unstamped = check.StampProblems, check.Unstamped
+	res.CaughtUpContainers, res.Unseen = check.CaughtUp, check.Unseen
+	res.Unprocessed, res.UnprocessedCount, res.HandedTwice = check.Unprocessed, check.UnprocessedCount, check.HandedTwice
 	return res, nil
 }
 
@@ -445,7 +481,7 @@ func (r *runner) fault(ctx context.Context, res *Result, owner *instance, starte
 		if err != nil {
 			return nil, err
 		}
-		return next, waitOwner(ctx, next)
+		return r.waitSettled(ctx, next)
 	}
 	res.Faults = append(res.Faults, fmt.Sprintf("freeze %s at event %d", owner.ID(), at))
 	timeouts := func() int {
@@ -471,6 +507,47 @@ func (r *runner) fault(ctx context.Context, res *Result, owner *instance, starte
 		return nil, fmt.Errorf("frozen %s: %w", owner.ID(), err)
 	}
 	return r.waitAnyOwner(ctx)
+}
+
+// waitSettled waits, on the instances' change notifications, until the
+// newly started instance next owns the plugin and acts, or has settled in
+// another role while another instance owns and acts (a retired instance
+// that took ownership back when the owner was killed or frozen may keep
+// it, superseding next); it returns the owner then, for at most 30 s.
+func (r *runner) waitSettled(ctx context.Context, next *instance) (*instance, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		changed := make(chan struct{}, len(r.all))
+		stop := make(chan struct{})
+		for _, in := range r.all {
+			if in.Running() {
+				go func(ch <-chan struct{}) {
+					select {
+					case <-ch:
+						changed <- struct{}{}
+					case <-stop:
+					}
+				}(in.Plugin().RoleChanged())
+			}
+		}
+		role := next.Plugin().Role()
+		if o := r.owner(); o != nil && (o == next || role != handover.RoleJoining && role != handover.RoleUnknown) {
+			if ready, _ := o.Plugin().Ready(); ready {
+				close(stop)
+				return o, nil
+			}
+		}
+		select {
+		case <-changed:
+			close(stop)
+		case <-ctx.Done():
+			close(stop)
+			_, why := next.Plugin().Ready()
+			return nil, fmt.Errorf("%s started: no instance owns and acts (%s is %v: %s): %w",
+				next.ID(), next.ID(), role, why, ctx.Err())
+		}
+	}
 }
 
 // frozenEvents is how many events a frozen owner that the runtime does
@@ -509,6 +586,23 @@ func (r *runner) waitAnyOwner(ctx context.Context) (*instance, error) {
 			return nil, fmt.Errorf("no owner: %w", ctx.Err())
 		}
 	}
+}
+
+// actingTail is how many of the latest deliveries acting waits to see
+// acted on.
+const actingTail = 8
+
+// acting reports whether an instance acts now: the latest deliveries
+// (actingTail of them, each ended) were all acted on.
+func (r *runner) acting() bool {
+	all := r.node.Runtime().Deliveries()
+	var tail []plugintest.Delivery
+	for i := len(all) - 1; i >= 0 && len(tail) < actingTail; i-- {
+		if !all[i].End.IsZero() {
+			tail = append(tail, all[i])
+		}
+	}
+	return len(tail) == actingTail && len(r.node.Ledger().Unacted(tail)) == 0
 }
 
 // owner returns the running instance that owns the plugin, if any.

@@ -56,6 +56,18 @@ func (l *Ledger) Acted(ev Event, id string) []string {
 	return out
 }
 
+// actedOn reports whether any act was recorded on an event of object id.
+func (l *Ledger) actedOn(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k := range l.acts {
+		if k.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Report is the result of Ledger.Compare.
 type Report struct {
 	// Events is the number of issued event occurrences compared.

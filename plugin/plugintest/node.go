@@ -59,6 +59,7 @@ type Node struct {
 
 	mu        sync.Mutex
 	instances []*Instance
+	catchUps  []CatchUp
 	pods      int
 	closeOnce sync.Once
 }
@@ -116,6 +117,26 @@ func (n *Node) Ledger() *Ledger { return n.ledger }
 // HandoverDir returns the handover root directory the instances share.
 func (n *Node) HandoverDir() string { return n.root }
 
+// CatchUp is one container the harness handed an instance's author as
+// unprocessed, in the author's Synchronize: created while no instance
+// acted (or with a stamp that did not verify), and not handed before.
+type CatchUp struct {
+	// Instance is the id of the instance whose author was handed it.
+	Instance string
+	// ID is the container's id.
+	ID string
+	// At is when the author's Synchronize was called (wall clock).
+	At time.Time
+}
+
+// CatchUps returns the containers handed to the instances' authors as
+// unprocessed, in the order they were handed.
+func (n *Node) CatchUps() []CatchUp {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]CatchUp(nil), n.catchUps...)
+}
+
 // Instances returns every instance started, in start order.
 func (n *Node) Instances() []*Instance {
 	n.mu.Lock()
@@ -159,6 +180,14 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	in.handlers.inDoubt = func(ev Event, oid string) {
 		at := time.Now().Round(0)
 		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid})
+	}
+	in.handlers.handed = func(ids []string) {
+		at := time.Now().Round(0)
+		n.mu.Lock()
+		for _, c := range ids {
+			n.catchUps = append(n.catchUps, CatchUp{Instance: id, ID: c, At: at})
+		}
+		n.mu.Unlock()
 	}
 	all := append(append([]plugin.Option(nil), aopts...),
 		plugin.WithVersion(version),
@@ -333,8 +362,29 @@ type Result struct {
 	// handler saw their CreateContainer.
 	StampProblems []string
 	// Unstamped counts the created containers without a valid stamp (all
-	// of them, not only the first 20): containers no instance processed.
+	// of them, not only the first 20): containers no instance processed
+	// at their creation. Each is also counted in exactly one of CaughtUp,
+	// Unseen and Unprocessed.
 	Unstamped int
+	// CaughtUp counts the unstamped containers handed to an author as
+	// unprocessed (see CatchUps).
+	CaughtUp int
+	// Unseen counts the unstamped containers that no runtime Synchronize
+	// listed, that no instance acted on any event of, and that were
+	// stopped or removed by the time of Check: they were created and ended
+	// while no instance was connected to act on them or to be
+	// synchronized with them, so nothing could hand them to an author.
+	Unseen int
+	// Unprocessed lists (first 20) the unstamped containers never handed
+	// to an author although a runtime Synchronize listed them after their
+	// creation, or an instance acted on a later event of theirs, or that
+	// were still running at Check: containers the catch-up should have
+	// covered. UnprocessedCount counts all of them.
+	Unprocessed      []string
+	UnprocessedCount int
+	// HandedTwice lists (first 20) the containers handed to an author as
+	// unprocessed more than once.
+	HandedTwice []string
 }
 
 // OK reports whether every event reached the author's handlers exactly
@@ -382,6 +432,27 @@ func (n *Node) Check() (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("plugintest: check stamps: %w", err)
 	}
+	handed := map[string]int{}
+	for _, cu := range n.CatchUps() {
+		handed[cu.ID]++
+		if handed[cu.ID] == 2 && len(res.HandedTwice) < maxTexts {
+			res.HandedTwice = append(res.HandedTwice, fmt.Sprintf("container %s: handed to a catch-up more than once", cu.ID))
+		}
+	}
+	listed := map[string]time.Time{} // container -> first listed
+	for _, s := range n.rt.Syncs() {
+		for _, id := range s.Containers {
+			if _, ok := listed[id]; !ok {
+				listed[id] = s.At
+			}
+		}
+	}
+	created := map[string]time.Time{}
+	for _, d := range n.rt.Deliveries() {
+		if d.Event == EventCreateContainer {
+			created[d.ID] = d.Start
+		}
+	}
 	for _, c := range n.rt.AllCreated() {
 		st, err := signer.Verify(c.Id, c.Annotations)
 		acted := n.ledger.Acted(EventCreateContainer, c.Id)
@@ -390,6 +461,26 @@ func (n *Node) Check() (Result, error) {
 		case err != nil:
 			res.Unstamped++
 			problem = fmt.Sprintf("container %s: %v", c.Id, err)
+			live := n.rt.Container(c.Id) != nil && c.State != api.ContainerState_CONTAINER_STOPPED
+			switch {
+			case handed[c.Id] != 0:
+				res.CaughtUp++
+			case listed[c.Id].IsZero() && !live && !n.ledger.actedOn(c.Id):
+				res.Unseen++
+			default:
+				res.UnprocessedCount++
+				if len(res.Unprocessed) < maxTexts {
+					why := "still running"
+					if !live && listed[c.Id].IsZero() {
+						why = fmt.Sprintf("created %s, a later event of it acted on", created[c.Id].UTC().Format("15:04:05.000000"))
+					}
+					if t := listed[c.Id]; !t.IsZero() {
+						why = fmt.Sprintf("created %s, listed by a runtime Synchronize at %s",
+							created[c.Id].UTC().Format("15:04:05.000000"), t.UTC().Format("15:04:05.000000"))
+					}
+					res.Unprocessed = append(res.Unprocessed, fmt.Sprintf("container %s: no stamp, %s, never handed to an author", c.Id, why))
+				}
+			}
 		case len(acted) != 1 || acted[0] != st.Instance:
 			problem = fmt.Sprintf("container %s: stamped by %s, created by %v", c.Id, st.Instance, acted)
 		}

@@ -218,6 +218,41 @@ func TestNodeCheckCountsUnstampedContainers(t *testing.T) {
 	if res.Unstamped != 6 || len(res.StampProblems) != 6 || res.Events.Missed == 0 {
 		t.Fatalf("unstamped %d, problems %v, missed %d; want 6, 6, > 0", res.Unstamped, res.StampProblems, res.Events.Missed)
 	}
+	// No instance was connected while they lived: none could be handed.
+	if res.Unseen != 6 || res.CaughtUp != 0 || res.UnprocessedCount != 0 {
+		t.Fatalf("unseen %d, caught up %d, unprocessed %v; want 6, 0, none", res.Unseen, res.CaughtUp, res.Unprocessed)
+	}
+
+	// One created and left running while no instance is connected: the
+	// next owner's author is handed it at its Synchronize, once.
+	ctx := context.Background()
+	pod, err := n.Runtime().RunPod(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.Runtime().CreateContainer(ctx, pod.Id, "c", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Runtime().StartContainer(ctx, c.Id); err != nil {
+		t.Fatal(err)
+	}
+	start(t, n, "2.0.0")
+	res, err = n.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cu := n.CatchUps()
+	if len(cu) != 1 || cu[0].ID != c.Id || cu[0].Instance != "i01-v2.0.0" {
+		t.Fatalf("catch-ups %+v, want %s handed to i01-v2.0.0", cu, c.Id)
+	}
+	if res.Unstamped != 7 || res.Unseen != 6 || res.CaughtUp != 1 || res.UnprocessedCount != 0 || len(res.HandedTwice) != 0 {
+		t.Fatalf("unstamped %d, unseen %d, caught up %d, unprocessed %v, handed twice %v; want 7, 6, 1, none, none",
+			res.Unstamped, res.Unseen, res.CaughtUp, res.Unprocessed, res.HandedTwice)
+	}
+	if s := n.Runtime().Syncs(); len(s) == 0 || !s[len(s)-1].OK || len(s[len(s)-1].Containers) != 1 || s[len(s)-1].Containers[0] != c.Id {
+		t.Fatalf("syncs %+v, want the last to list %s", s, c.Id)
+	}
 }
 
 // A newcomer whose owner is frozen gets no answer to its request to

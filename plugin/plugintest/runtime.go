@@ -251,6 +251,25 @@ type Runtime struct {
 	afterSync func()
 	// bg tracks self-exit goroutines; Add only while !stopped, under mu.
 	bg sync.WaitGroup
+	// syncs records every plugin Synchronize the runtime made.
+	syncs []SyncRecord
+}
+
+// SyncRecord is one plugin Synchronize the runtime made: when the plugin
+// was called (under the event lock: no event ran meanwhile), the
+// containers it listed (created and not stopped, as containerd lists
+// them) and whether the plugin answered without an error.
+type SyncRecord struct {
+	At         time.Time
+	Containers []string
+	OK         bool
+}
+
+// Syncs returns the plugin Synchronizes the runtime made, in order.
+func (r *Runtime) Syncs() []SyncRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]SyncRecord(nil), r.syncs...)
 }
 
 // SyncWaitThreshold is the wait for the plugin-sync block above which an
@@ -1167,8 +1186,14 @@ func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	// Synchronize call itself (in ModeContainerd the plugin-sync block
 	// already keeps them out of the whole span up to the append).
 	r.evMu.Lock()
+	rec := SyncRecord{At: time.Now().Round(0), Containers: make([]string, 0, len(ctrs))}
+	for _, c := range ctrs {
+		rec.Containers = append(rec.Containers, c.Id)
+	}
 	updates, err := cb(ctx, pods, ctrs)
 	r.mu.Lock()
+	rec.OK = err == nil
+	r.syncs = append(r.syncs, rec)
 	r.inGap, r.gapBegun, r.gapEnded = err == nil, 0, 0
 	r.mu.Unlock()
 	r.evMu.Unlock()

@@ -23,6 +23,9 @@ type handlers struct {
 	// inDoubt, if set, is told of each event in doubt the harness hands
 	// this instance (see InDoubt).
 	inDoubt func(ev Event, id string)
+	// handed, if set, is told of the containers the harness hands the
+	// author's Synchronize as unprocessed.
+	handed func(ids []string)
 
 	mu         sync.Mutex
 	configured api.EventMask // the last subscription (0 before Configure)
@@ -145,7 +148,16 @@ func (h *handlers) Configure(ctx context.Context, config, runtime, version strin
 	return m, nil
 }
 
+// Synchronize notes the containers the harness hands the author (those no
+// instance processed: see Node.CatchUps) and passes them on.
 func (h *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	if h.handed != nil && len(ctrs) != 0 {
+		ids := make([]string, 0, len(ctrs))
+		for _, c := range ctrs {
+			ids = append(ids, c.GetId())
+		}
+		h.handed(ids)
+	}
 	if s, ok := h.author.(stub.SynchronizeInterface); ok {
 		return s.Synchronize(ctx, pods, ctrs)
 	}
