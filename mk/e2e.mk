@@ -13,4 +13,4 @@ BENCH_E2E_ROUNDS ?= 5
 bench-e2e:
 	@NRI_HANDOVER_E2E_BENCH_ROUNDS=$(BENCH_E2E_ROUNDS) NRI_HANDOVER_E2E_BENCHSTAT_OUT=$(CURDIR)/bench-e2e.out \
 		GO="$(GO)" bash test/e2e/run.sh -run '^TestLatencyBenchmark$$'
-	@echo "results in bench-e2e.out; compare the configurations with: go run golang.org/x/perf/cmd/benchstat@latest -col /plugin bench-e2e.out"
+	@echo "results in bench-e2e.out; compare the harness and no plugin with the bare stub: go run golang.org/x/perf/cmd/benchstat@latest -col /plugin bench-e2e.out"
