@@ -23,12 +23,18 @@ import (
 )
 
 const (
-	pluginNS   = "nri-handover"
-	auditDS    = "nri-audit"
-	auditEnv   = audit.EnvVar
-	loadRate   = 2.0 // workload pods created per second (asked; the achieved rate is reported)
-	loadLife   = 2 * time.Second
-	rolloutMax = 4 * time.Minute
+	pluginNS = "nri-handover"
+	auditDS  = "nri-audit"
+	auditEnv = audit.EnvVar
+	// loadRate is the workload's pods created per second as asked; every
+	// rollout under the workload must see at least minLoadRate created
+	// (issue 11: at least 2 pods/s during every rollout). The margin
+	// covers the ticks a 2-core node makes the workload skip when its CRI
+	// calls stall (maxInFlight pods in flight).
+	loadRate    = 2.5
+	minLoadRate = 2.0
+	loadLife    = 2 * time.Second
+	rolloutMax  = 4 * time.Minute
 )
 
 // suite is the state the k8s tests share, in the order they run.
@@ -293,6 +299,8 @@ type rolloutResult struct {
 	keptAfterReady            time.Duration // old pod's deletion after the new pod turned Ready
 	noOwner                   time.Duration // longest time the node had no owner
 	loadRate                  float64       // workload pods created per second meanwhile (0: no workload)
+	loadDeleted               float64       // workload pods deleted per second meanwhile
+	loadSkipped               int           // workload ticks skipped meanwhile (maxInFlight pods in flight)
 }
 
 // rollout changes the DaemonSet's image and waits for the controller to
@@ -314,6 +322,10 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if err != nil {
 		t.Fatal(err)
 	}
+	skipped0 := 0
+	if s.load != nil {
+		skipped0 = s.load.skippedTicks()
+	}
 	t0 := time.Now()
 	s.c.progress("%s: %s -> %s", name, shortImage(old[0].image), shortImage(image))
 	change()
@@ -326,19 +338,26 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var loadRate float64
+	var loadRate, loadDeleted float64
+	var loadSkipped int
 	if s.load != nil {
 		s.criDuring.add(cri0, cri1)
-		loadRate = rate(s.load.snapshot(), t0, end)
-		if loadRate == 0 {
-			t.Errorf("%s: no workload pod created during the rollout", name)
+		pods := s.load.snapshot()
+		loadRate, loadDeleted = rate(pods, t0, end), deleteRate(pods, t0, end)
+		loadSkipped = s.load.skippedTicks() - skipped0
+		// The workload ran at the asked rate within this rollout's window
+		// (image change to old pod gone), not only on average.
+		if loadRate < minLoadRate {
+			t.Errorf("%s: workload created %.2f pods/s during the rollout (%s), want >= %.1f (%d ticks skipped with %d pods in flight)",
+				name, loadRate, ms(end.Sub(t0)), minLoadRate, loadSkipped, maxInFlight)
 		}
 	}
 	oldRec := s.w.byName(pluginNS, old[0].name)
 	res := rolloutResult{
 		name: name, from: old[0].image, to: image, oldPod: old[0].name, newPod: newPod.name,
 		newReady: newPod.readyAt.Sub(t0), oldDel: oldRec.deletingAt.Sub(t0), oldGone: oldRec.goneAt.Sub(t0),
-		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince), loadRate: loadRate,
+		keptAfterReady: oldRec.deletingAt.Sub(newPod.readySince), loadRate: loadRate, loadDeleted: loadDeleted,
+		loadSkipped: loadSkipped,
 	}
 	if s.mon != nil && s.mon.plugin == pluginOf(ds) {
 		res.noOwner = s.mon.longestGap(t0, end)
@@ -366,9 +385,9 @@ func (s *suite) rolloutWith(t *testing.T, name, ds, image string, change func())
 		t.Errorf("%s: old pod %s deleted %s after the new pod turned Ready, want >= minReadySeconds (%v)", name,
 			oldRec.name, ms(res.keptAfterReady), s.minReady)
 	}
-	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s; workload %.2f pods/s",
+	t.Logf("%s: %s -> %s: new pod %s Ready after %s, old pod %s deleted after %s (%s after its Ready transition), gone after %s; longest without owner %s; workload %.2f pods/s created, %.2f deleted, %d ticks skipped",
 		name, res.from, res.to, res.newPod, ms(res.newReady), res.oldPod, ms(res.oldDel), ms(res.keptAfterReady),
-		ms(res.oldGone), ms(res.noOwner), res.loadRate)
+		ms(res.oldGone), ms(res.noOwner), res.loadRate, res.loadDeleted, res.loadSkipped)
 	s.rollouts = append(s.rollouts, res)
 	return res
 }
@@ -494,8 +513,15 @@ func (s *suite) seed000(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	terminating := time.Since(s.w.byName(pluginNS, old[0].name).deletingAt)
-	t.Logf("seed 000: old pod %s Terminating for %v, new pod %s owner meanwhile; %d workload containers stamped by it; longest without owner %s",
-		old[0].name, terminating.Round(time.Second), newPod.name, served, ms(s.mon.longestGap(t0, time.Now())))
+	// The upgrade ran under the workload too, at the rate every rollout
+	// must see.
+	now := time.Now()
+	created, deleted := rate(s.load.snapshot(), t0, now), deleteRate(s.load.snapshot(), t0, now)
+	if created < minLoadRate {
+		t.Errorf("seed 000: workload created %.2f pods/s during the upgrade, want >= %.1f", created, minLoadRate)
+	}
+	t.Logf("seed 000: old pod %s Terminating for %v, new pod %s owner meanwhile; %d workload containers stamped by it; longest without owner %s; workload %.2f pods/s created, %.2f deleted",
+		old[0].name, terminating.Round(time.Second), newPod.name, served, ms(s.mon.longestGap(t0, now)), created, deleted)
 	if _, err := pods.Patch(ctx, old[0].name, "application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -590,8 +616,11 @@ func (s *suite) seed002(t *testing.T) {
 		if out, ok := s.status("audit"); !ok || !strings.Contains(out, survivor.name) {
 			t.Errorf("status after %s deleted:\n%s", c.deleted, out)
 		}
-		t.Logf("seed 002: %s deleted (pod %s), %s's pod %s owns; longest without owner %s", c.deleted, victim.name,
-			c.survivor, survivor.name, ms(s.mon.longestGap(t0, time.Now())))
+		now := time.Now()
+		pods := s.load.snapshot()
+		t.Logf("seed 002: %s deleted (pod %s), %s's pod %s owns; longest without owner %s; workload %.2f pods/s created, %.2f deleted in %s",
+			c.deleted, victim.name, c.survivor, survivor.name, ms(s.mon.longestGap(t0, now)), rate(pods, t0, now),
+			deleteRate(pods, t0, now), ms(now.Sub(t0)))
 	}
 	// Put the shipped name back: copy the copy to nri-audit, delete the copy.
 	copyDS("nri-audit-copy", auditDS)
@@ -712,6 +741,15 @@ func (s *suite) checkProbeEvents(t *testing.T) {
 		if strings.Contains(msg, "not ready: retired: yielded to ") {
 			retiring = true
 		}
+		// An owner whose successor has claimed (owner.sock leads to it)
+		// still says owner until its next event, at which it retires and
+		// turns a Ready fallback; the probe says "superseded" meanwhile.
+		// One such failure is below the manifests' failureThreshold (2):
+		// that the pod's Ready condition held is what rollout checks (run
+		// 2 of 2026-12-04 saw one, on the old pod of a rollout, at load 8).
+		if strings.Contains(msg, "not ready: superseded: ") {
+			retiring = true
+		}
 		// A pod being deleted: its instance exits, and the kubelet cancels
 		// the probes that run while it kills the container.
 		canceled := strings.Contains(msg, "probe errored") && strings.Contains(msg, "context canceled")
@@ -725,10 +763,10 @@ func (s *suite) checkProbeEvents(t *testing.T) {
 // report prints the figures docs/benchmarks.md and deploy/README.md quote.
 func (s *suite) report(t *testing.T) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner | workload pods/s |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n| rollout | image change -> new pod Ready | -> old pod deleted | -> old pod gone | old kept after new Ready | longest without owner | workload pods/s created / deleted |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range s.rollouts {
-		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s | %.2f |\n", r.name, shortImage(r.from), shortImage(r.to),
-			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner), r.loadRate)
+		fmt.Fprintf(&b, "| %s: %s -> %s | %s | %s | %s | %s | %s | %.2f / %.2f |\n", r.name, shortImage(r.from), shortImage(r.to),
+			ms(r.newReady), ms(r.oldDel), ms(r.oldGone), ms(r.keptAfterReady), ms(r.noOwner), r.loadRate, r.loadDeleted)
 	}
 	fmt.Fprintf(&b, "\nworkload pod start (API create -> container running, seen by watch): no rollout %s; during rollouts %s\n",
 		latencySummary(s.baseline), latencySummary(s.during))

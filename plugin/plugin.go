@@ -866,9 +866,22 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	// The connection outlives Run's context: an owner asked to stop keeps
 	// acting until its successor does (leave), and the stub derives every
 	// handler's context from this one. The harness closes the connection
-	// itself (disconnect, stopQuietly); a stop never cuts a registration
-	// in half, which the stub's registration timeout bounds.
-	if err := s.Start(context.WithoutCancel(ctx)); err != nil {
+	// itself (disconnect, stopQuietly). A quiet connection is the
+	// exception: it serves a stop, whose ctx bounds its registration too
+	// (quietSyncWait), and its handlers need no context. Without that
+	// bound a stop waited out the stub's registration timeout (5 s) when
+	// the runtime did not answer: containerd registers one connection at a
+	// time and takes the next only once the previous one is synchronized,
+	// which a CRI StopContainer holds off until it ends (containerd issue
+	// 14083). Under Kubernetes that is the stopping pod's own stop, so the
+	// registration could not succeed before the process exited: seed 002's
+	// 5 s without an answering owner (the copy's owner pod deleted, the
+	// original's take-back connection queued ahead of its quiet one).
+	startCtx := context.WithoutCancel(ctx)
+	if c.adapter.quiet {
+		startCtx = ctx
+	}
+	if err := s.Start(startCtx); err != nil {
 		p.disconnect(c)
 		return nil, fmt.Errorf("start NRI stub: %w", err)
 	}
