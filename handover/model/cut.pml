@@ -127,6 +127,15 @@
  * counted before every CAS, a failed one too, as before the fix of
  * cut-x21).
  *
+ * NEWEST (RULES only; containerd/nri PR 281, work in progress): the
+ * runtime calls, for each event, only the newest connection in the chain
+ * that is not closed (the order of the appends: A, then S before A or,
+ * with SNEWER, after it, then the newcomers as appended); the older ones
+ * are shadowed, and the newest of them is called again, without any
+ * notice, once every newer one has closed. Findings C10 (cut-x24) and C11
+ * (cut-x25) in docs/model.md. NO_MISS_CHECK: at the end, only "at most
+ * once" is checked (not "acted on or declared").
+ *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
  *                          (default: the word, then the counter, then CAS)
@@ -254,6 +263,12 @@ bit rel0 = 0;
 #endif
 #define RLS(c) (c == 0 && rel0 && RELEASER)
 byte lateK = 0;
+#ifdef NEWEST
+/* the order of the appends (NEWEST): A 1, S 0 (older than A) or, with
+ * SNEWER, 2; the newcomers from 3 on, as appended */
+byte seq[NC];
+byte nseq = 3;
+#endif
 #endif
 
 /* connection side */
@@ -697,7 +712,27 @@ proctype Runtime() {
 			:: true
 			fi;
 #endif
-#ifdef RULES
+#if defined(RULES) && defined(NEWEST)
+			/* NEWEST (containerd/nri PR 281): only the newest connection
+			 * in the chain that is not closed is called; the older ones
+			 * are shadowed, and one of them is called again, without any
+			 * notice, once every newer one has closed */
+			pending = 0; cc = NONE; j = 0;
+			do
+			:: j < NC ->
+				if
+				:: inchain[j] && !closed[j] && (cc == NONE || seq[j] > seq[cc]) -> cc = j
+				:: else
+				fi;
+				j++
+			:: else -> break
+			od;
+			if
+			:: cc != NONE -> pending = 1 << cc
+			:: else
+			fi;
+			cc = 0; j = 0
+#elif defined(RULES)
 			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2) | ((inchain[3] && !closed[3]) << 3)
 #else
 			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2)
@@ -761,7 +796,9 @@ proctype Runtime() {
 		j = 0;
 		do
 		:: j < NEV ->
+#ifndef NO_MISS_CHECK
 			assert(acts[j] >= 1 || decl[j] != 0);
+#endif
 			assert(!ALOV || !(decl[j] & 1) || acts[j] >= 1);
 #ifdef CHECK_RELEASER
 			/* an orderly leave (its release succeeded, DISC_BETWEEN: it
@@ -851,7 +888,11 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 		mt[c] = 1;     /* ClaimConn returned: its instance's newest connection */
 #endif
 		/* the runtime appends it under its lock: never during an event */
-		atomic { !inEvent -> inchain[c] = 1; appended = 1; printf("MSC: conn %d appended\n", c) }
+		atomic { !inEvent -> inchain[c] = 1; appended = 1;
+#if defined(RULES) && defined(NEWEST)
+			seq[c] = nseq; nseq++;
+#endif
+			printf("MSC: conn %d appended\n", c) }
 	fi
 }
 
@@ -1096,6 +1137,12 @@ init {
 #endif
 #ifdef STANDBY
 		inchain[3] = 1; mt[3] = 1;   /* a live standby's connection */
+#endif
+#ifdef NEWEST
+		seq[0] = 1;
+#ifdef SNEWER
+		seq[3] = 2;
+#endif
 #endif
 #ifdef ABANDON
 		run Late();
