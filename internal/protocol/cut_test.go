@@ -661,3 +661,57 @@ func TestCutHeirCalledFirstSkipsAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestCutNewestOnlyRouting plays the routing of containerd/nri PR 281
+// (only the newest connection of a name and index is called; an older one
+// again, unnoticed, once the newer closed) against decide, as the model's
+// cut-newest-rollout and cut-newest-fallback runs do: the newcomer, called
+// alone once appended, takes over at its first event; the old owner,
+// shadowed, is never called again; when the runtime drops the newcomer
+// between events and falls back to the older connection (which may take
+// over), its first call skips and its second takes over by rule 4,
+// declaring the first: nothing acted on twice, nothing lost unsaid.
+func TestCutNewestOnlyRouting(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, heir := newCutWithHeirForTest(t, kind)
+	acts := map[uint32]int{}
+	call := func(tag, key uint32, me caller) Decision {
+		dec := d.decide(uint16(tag), key, kind, me)
+		if dec.Act {
+			acts[key]++
+			d.finish(uint16(tag), key)
+		}
+		return dec
+	}
+	// Event 1: the heir is not appended yet; the owner alone (the newest).
+	if !call(uint32(owner), 1, caller{events: kind}).Act {
+		t.Fatal("event 1: the owner did not act")
+	}
+	// Event 2: the heir, appended, is the newest: called alone.
+	if dec := call(uint32(heir), 2, caller{mayTakeOver: true, events: kind}); !dec.Act || !dec.Promoted || dec.Overrun {
+		t.Fatalf("event 2: the heir, called alone, did not take over cleanly: %+v", dec)
+	}
+	if !call(uint32(heir), 3, caller{mayTakeOver: true, events: kind}).Act {
+		t.Fatal("event 3: the new owner did not act")
+	}
+	// The runtime drops the new owner between events and falls back to
+	// the old connection (not leaving: it may take over), unnoticed.
+	old := caller{mayTakeOver: true, events: kind}
+	dec := call(uint32(owner), 4, old)
+	if dec.Act || !dec.saw.valid || !dec.saw.first {
+		t.Fatalf("event 4: the fallback's first call: %+v, want a skip that saw the event unrecorded", dec)
+	}
+	old.prev = dec.saw
+	dec = call(uint32(owner), 5, old)
+	if !dec.Act || !dec.Promoted || !dec.Overrun {
+		t.Fatalf("event 5: the fallback did not take over declaring event 4 (rule 4): %+v", dec)
+	}
+	for key, n := range acts {
+		if n > 1 {
+			t.Fatalf("event %d acted on %d times", key, n)
+		}
+	}
+	if acts[4] != 0 || acts[1]+acts[2]+acts[3]+acts[5] != 4 {
+		t.Fatalf("acts %v: want events 1-3 and 5 acted on once, 4 declared (Overrun at 5)", acts)
+	}
+}
