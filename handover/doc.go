@@ -59,12 +59,12 @@
 //     its first event, if it has the key of the old owner's last one, is
 //     declared in doubt. An older standby is not called while a newer
 //     connection is, and is called again unnoticed once none is: it takes
-//     over at its second call (rule 4), declaring the first in doubt. Lost
-//     without a declaration (docs/model.md C10, C11): the events of a
-//     standby that registered after the owner (called alone, it skips)
-//     when an heir's promotion follows them, and the events that fall back
-//     to a retired instance's connection (declared only as a gap by a later
-//     claim that finds the dropped owner gone).
+//     over at its second call (rule 4), declaring the first in doubt. A
+//     standby that registered after the owner is called instead of it: the
+//     events it skips are marked and declared in doubt by whoever takes
+//     over next. Lost without a declaration (docs/model.md C11): the events
+//     that fall back to a retired instance's connection (declared only as
+//     a gap by a later claim that finds the dropped owner gone).
 //   - An instance whose handover page (owner.gen) has a layout this build
 //     does not speak takes no part in the handover: it stays standby and
 //     not Ready, says why, and acts on nothing; the instances that speak

@@ -201,6 +201,18 @@ bit WQ = 0;        /* FIX_QUIET_BIT: the heir's quiet mark, cleared by every wri
  * skip and no new event was recorded since; cleared with the heir and by
  * every record of a new event */
 bit WU = 0;
+/* FIX_STANDBY_MARK (C10, cut-x24; the default with RULES, as the code
+ * has it: cutWord.unrecorded; NO_STANDBY_MARK: the code before): a connection that
+ * may take over, neither owner nor heir, called for an event the register
+ * does not record while an owner holds it, marks the word (bit 63); every
+ * record of a new event clears it; a connection that takes the register
+ * over from another with it set declares the events since the marked one
+ * (ghost Wmev) in doubt (not a releaser's take), and the idle rule
+ * holds off while it is set */
+bit WM = 0;
+#if defined(RULES) && !defined(NO_STANDBY_MARK)
+#define FIX_STANDBY_MARK
+#endif
 /* beside it: the events counter */
 byte evcount = 0;
 
@@ -235,6 +247,9 @@ bit mt[NC];
  * code before cut-x22's fix): caller.called (decide ran for the
  * connection before), only an heir's first call marks */
 byte Wuev = 0;
+byte Wmev = 0;
+byte evnow = 0;   /* ghost: the events ended so far */
+#define DECLARE_MARK(jj, upto) jj = Wmev; do :: jj < upto -> decl[jj] = decl[jj] | 2; jj++ :: else -> break od; ndecl++; jj = 0
 #ifdef MARK_FIRST_ONLY
 bit called[NC];
 #define CALLED(c) called[c] = 1
@@ -282,11 +297,11 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #define tag(c) (c + 1)
 
 /* promote connection X (the heir) to owner */
-#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; WU = 0
+#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; WU = 0; WM = 0
 
 #ifdef RULES
 /* The register word as one value (for the CAS's compare). */
-#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14) | (WU << 15))
+#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14) | (WU << 15) | (WM << 16))
 /* cutWord.overran: the acting connection is inside its handler */
 #define OVERRAN (Wowner != 0 && Wacted && !Wdone && !WiD && RULE3)
 /* broken variants: a rule left out */
@@ -412,6 +427,12 @@ inline call(c, e, k) {
 			if
 			:: plan == P_SKIP ->
 				/* no write; what it saw, for its next call */
+#ifdef FIX_STANDBY_MARK
+				if
+				:: mt[c] && !rls && Wkey != k && Wowner != 0 && !WM -> WM = 1; Wmev = e
+				:: else
+				fi;
+#endif
 				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
@@ -433,6 +454,7 @@ inline call(c, e, k) {
 			if
 			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
 			:: else ->
+				wmd = WM && Wowner != tag(c);
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D ->
 					nrec++;
@@ -530,6 +552,17 @@ inline call(c, e, k) {
 					WhS = 0; Wkey = k; Wev = e + 1; Wdone = 0; WiD = 0; WU = 0
 				fi;
 				WQ = 0;
+#ifdef FIX_STANDBY_MARK
+				if
+				:: Wowner == tag(c) && wmd && !rls -> DECLARE_MARK(j, e); printf("MSC: e%d conn %d: standby mark of e%d declared\n", e, c, Wmev)
+				:: else
+				fi;
+				if
+				:: plan != P_C1 || Wowner == tag(c) && wmd -> WM = 0; Wmev = 0
+				:: else
+				fi;
+#endif
+				wmd = 0;
 				/* the mark is the heir's: cleared with it */
 				if
 				:: Wheir == 0 -> WU = 0
@@ -687,7 +720,7 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	bit isO, isH, seen;
+	bit isO, isH, seen, wmd;
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -780,6 +813,9 @@ proctype Runtime() {
 			assert(acts[e] == 1);
 #endif
 			inEvent = 0; midspan = 0; e++;
+#ifdef RULES
+			evnow = e;
+#endif
 #ifdef NOREPEAT
 			lastk = k;
 #endif
@@ -904,16 +940,21 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
  * either. NO_IDLE_UNSEEN (broken): the code before, a promotion that
  * neither holds off nor declares. */
 #if defined(RULES) && !defined(NO_IDLE_UNSEEN)
+#ifdef FIX_STANDBY_MARK
+#define IDLE_UNSEEN(c) ((WU || WM) && Wowner != 0)
+#else
 #define IDLE_UNSEEN(c) (WU && Wowner != 0)
+#endif
 #else
 #define IDLE_UNSEEN(c) 0
 #endif
 /* the idle rule's CAS: the word is as it read it */
-#define SNAPEQ (sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && sU == WU)
+#define SNAPEQ (sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && sU == WU && sM == WM)
 /* The idle rule of a newcomer whose Synchronize returned. */
 proctype Idle(byte c) {
 	byte sO, sH, sK, cnt;
-	bit sOS, sHS, sA, sD, sQ, sU;
+	bit sOS, sHS, sA, sD, sQ, sU, sM;
+	byte jj;
 	bit sID, prom;
 #ifdef IDLE_EARLY
 	synced[c] && !closed[c];
@@ -929,7 +970,7 @@ proctype Idle(byte c) {
 #ifndef NO_T2
 			!midspan ->
 #endif
-			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ; sU = WU;
+			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ; sU = WU; sM = WM;
 #ifdef RULES
 			sID = WiD;
 #endif
@@ -980,7 +1021,17 @@ proctype Idle(byte c) {
 #ifdef RULES
 			/* the hold's bound: promoted, that event declared in doubt */
 			:: SNAPEQ && IDLE_UNSEEN(c) ->
-				decl[Wuev] = decl[Wuev] | 1; ndecl++;
+				if
+				:: WU -> decl[Wuev] = decl[Wuev] | 1; ndecl++
+				:: else
+				fi;
+#ifdef FIX_STANDBY_MARK
+				if
+				:: WM -> DECLARE_MARK(jj, evnow)
+				:: else
+				fi;
+				Wmev = 0;
+#endif
 				printf("MSC: conn %d: idle after its unseen first call (e%d): declared\n", c, Wuev);
 				Wuev = 0;
 				PROMOTE(tag(c));
@@ -1021,6 +1072,13 @@ next:		skip
 #else
 				/* broken: as before 0384538, ownerSeen 0 */
 				WoS = 0;
+#endif
+#ifdef FIX_STANDBY_MARK
+				if
+				:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow)
+				:: else
+				fi;
+				WM = 0; Wmev = 0;
 #endif
 				Wowner = tag(c); Wheir = 0; WhS = 0; WU = 0; Wuev = 0
 			:: else

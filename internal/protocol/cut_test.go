@@ -715,3 +715,51 @@ func TestCutNewestOnlyRouting(t *testing.T) {
 		t.Fatalf("acts %v: want events 1-3 and 5 acted on once, 4 declared (Overrun at 5)", acts)
 	}
 }
+
+// TestCutStandbyCalledInsteadOfTheOwner: with containerd/nri PR 281's
+// routing a standby that registered after the owner is the newest
+// connection and is called alone; it skips (the owner owns the register).
+// Then the heir, appended after it, is the newest and takes over at its
+// first event: the event the standby skipped must be declared (model
+// finding C10, cut-x24: nothing marked it, it was lost unsaid). On a
+// runtime that calls every connection the owner, called after the
+// standby, records the event and clears the mark: nothing is declared.
+func TestCutStandbyCalledInsteadOfTheOwner(t *testing.T) {
+	const kind = 1 << 3
+	for _, shadowed := range []bool{true, false} {
+		d, owner, heir := newCutWithHeirForTest(t, kind)
+		standby := d.newConnTag()
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		// Event 2: the standby is called (alone, or before the owner).
+		sb := caller{mayTakeOver: true, events: kind}
+		if dec := d.decide(standby, 2, kind, sb); dec.Act || dec.Promoted {
+			t.Fatalf("event 2: the standby acted: %+v", dec)
+		}
+		if w, _, _ := d.readCut(); !w.unrecorded {
+			t.Fatalf("event 2: the standby's skip of an unrecorded event left no mark: %+v", w)
+		}
+		if !shadowed {
+			if !d.decide(owner, 2, kind, caller{events: kind}).Act {
+				t.Fatal("event 2: the owner, called after the standby, did not act")
+			}
+			d.finish(owner, 2)
+			if w, _, _ := d.readCut(); w.unrecorded {
+				t.Fatalf("event 2: the owner's record left the mark: %+v", w)
+			}
+		}
+		// Event 3: the heir, the newest, first (or alone).
+		dec := d.decide(heir, 3, kind, caller{mayTakeOver: true, events: kind})
+		if !dec.Act || !dec.Promoted {
+			t.Fatalf("shadowed %v, event 3: the heir did not take over: %+v", shadowed, dec)
+		}
+		if dec.unrecorded != shadowed {
+			t.Fatalf("shadowed %v, event 3: event 2 declared %v, want %v", shadowed, dec.unrecorded, shadowed)
+		}
+		if w, _, _ := d.readCut(); w.unrecorded {
+			t.Fatalf("event 3: the takeover left the mark: %+v", w)
+		}
+	}
+}
