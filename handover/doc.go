@@ -54,9 +54,21 @@
 //     is a false alarm if the runtime reorders its calls between the two
 //     events.
 //   - A runtime that calls only the newest connection of a name and index
-//     (containerd/nri PR 281): an older standby is not called while the
-//     newest is connected, and is called (and takes over, rule 4) once it
-//     is not; the event it disconnected in is in doubt.
+//     (containerd/nri PR 281, work in progress; checked in the model only):
+//     no event is acted on twice. A newcomer is called alone once appended;
+//     its first event, if it has the key of the old owner's last one, is
+//     declared in doubt. An older standby is not called while a newer
+//     connection is, and is called again unnoticed once none is: it takes
+//     over at its second call (rule 4), declaring the first in doubt. A
+//     standby that registered after the owner is called instead of it: the
+//     events it skips are marked and declared in doubt by whoever takes
+//     over next. Lost without a declaration (docs/model.md C11): the events
+//     that fall back to a retired instance's connection (declared only as
+//     a gap by a later claim that finds the dropped owner gone).
+//   - An instance whose handover page (owner.gen) has a layout this build
+//     does not speak takes no part in the handover: it stays standby and
+//     not Ready, says why, and acts on nothing; the instances that speak
+//     the page go on serving.
 //
 // docs/design.md states them runtime by runtime; docs/model.md lists what
 // the Promela models check.

@@ -257,6 +257,19 @@ cut_correct=(
 	# first): the same without INORDER, without and with the idle rule
 	"cut-shared-key-flipped|$x14 -DNO_IDLE|-O1|22|C6 with the runtime calling in any order (N1 before A too): every ambiguous skip of N1 marked; the one after A's drop is declared at N1's rule-2 takeover"
 	"cut-shared-key-any-order|$x14||22|C6 in any order with N1's idle rule (held off while the mark stands)"
+	# NEWEST: a runtime that calls only the newest connection of a name
+	# and index (containerd/nri PR 281, work in progress); an older one is
+	# called again, unnoticed, once every newer one has closed. NPROBE=3:
+	# a fallback connection needs two calls to take over by rule 4.
+	"cut-newest-rollout|-DNEV=4 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DNEWEST|-O1|22|NEWEST: A, N1 (succeeds or fails), idle, A closes, repeated keys: N1 alone is called once appended; its first event with A's last key is declared (heirUnseen), nothing else missed"
+	"cut-newest-fallback|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP -DNEWEST -DNPROBE=3|-O1|22|NEWEST, S older than A: the runtime drops the newest owner; S is called again unnoticed and takes over by rule 4 at its second call, declaring the first"
+	"cut-newest-overrun|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DABANDON -DFAULT_NO_GAP -DNEWEST -DNPROBE=3|-O1|22|NEWEST, S older than A: the runtime gives up on the newest owner inside its handler; rules 3 and 4 at the fallback"
+	"cut-newest-released|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DDISC_BETWEEN -DNEWEST -DNPROBE=3|-O1|22|NEWEST: A releases (heir appended or none) and disconnects between events; rule 5 at the fallback"
+	"cut-newest-at-most-once|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DNEWEST -DNO_MISS_CHECK|-O1|22|NEWEST, no event acted on twice (misses not checked: C10, C11) with repeated keys, an abandoned handler, a close at any moment"
+	"cut-newest-at-most-once-snewer|$x14 -DNEWEST -DSNEWER -DNPROBE=3 -DNO_MISS_CHECK|-O1|22|NEWEST, S newer than A (it shadows A), A's drop, repeated keys: no event acted on twice"
+	"cut-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3|-O1|20|C10 fixed: NEWEST, S newer than A is called alone and skips, marking the word (unrecorded); N1's idle rule holds off, its takeover declares the event"
+	"cut-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|C7 fixed by the standby's mark (C10's fix): the owner dropped while N1 is between Synchronize and append (no FAULT_NO_GAP); the event that reached only S is marked, N1's takeover declares it"
+	"cut-newest-superseded|-DNEV=3 $rx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DNEWEST||22|C10 fixed: NEWEST, N2 appended, then N1 claims: N2, the newest, neither owner nor heir, marks what it skips; N1's takeover declares it"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -276,7 +289,7 @@ cut_broken=(
 	# findings C5-C10 (docs/model.md): the code without a fix, or an assumption dropped
 	"cut-x11-release-mid-event|-DNEV=4 ${rx/-DFIX_R5/} -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[e]<=1|C5: rule 5 as before the fix: the owner acts, releases, the standby called next for the same event acts again: duplicate"
 	"cut-x12-mask-window|-DNEV=3 ${rx/-DFIX_MASK/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP|-O1|22|acts[j]>=1|C8: the owner mask as before the fix: an heir that promotes itself and freezes before it stores its mask disables rule 4"
-	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|acts[j]>=1|C7: the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
+	"cut-x13-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DNO_STANDBY_MARK|-O1|22|acts[j]>=1|C7 as before the standby's mark (NO_STANDBY_MARK; cut-heir-gap without it): the owner dropped while an heir is between Synchronize and append: the event that reached only S is never declared"
 	"cut-x14-shared-key|$x14 -DINORDER -DNO_IDLE -DNO_HEIR_UNSEEN|-O1|22|acts[j]>=1|C6 as before 0384538 (NO_HEIR_UNSEEN; cut-shared-key without the fix): after the owner silently dropped, an event with its last key: the heir's first call skips it (rule 1), S cannot tell: missed, not declared"
 	"cut-x15-gone-unseen|$x15 -DINORDER -DNO_GONE_SEEN|-O1|22|acts[j]>=1|C9 as before 0384538 (NO_GONE_SEEN; cut-gone-repeat without the fix): the heir's gone path takes the register with ownerSeen 0: the next event with the recorded key is skipped"
 	"cut-x16-one-for-many|-DNEV=4 ${rx/-DWINDOW -DNOREPEAT/} -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|C6: counted one by one, rule 4 declares one event where several with the recorded key were missed"
@@ -285,6 +298,9 @@ cut_broken=(
 	"cut-x21-unseen-retry|$x14 -DINORDER -DCOUNT_EACH_TRY|-O1|22|evcount==nrec|C6, the counter as before its fix (COUNT_EACH_TRY; cut-shared-key-idle without it): N1's rule-2 CAS fails once (its idle re-arm) and the event is counted twice (before the word mark, the retry took that count for an event recorded since: not declared)"
 	"cut-x22-unseen-flipped|$x14 -DNO_IDLE -DMARK_FIRST_ONLY|-O1|22|acts[j]>=1|C6, only N1's first skip marked as before its fix (MARK_FIRST_ONLY; cut-shared-key-flipped without it), the runtime calls N1 before A: a later skip of N1 (rule 1, after A's act cleared heirSeen) is as ambiguous as its first; A dropped: missed, not declared"
 	"cut-x23-gone-flipped|-DNEV=2 ${rx/-DNOREPEAT/} -DRELEASE -DGONE|-O1|20|acts[j]>=1|C9 left, N1 called before A: N1 skips an event with A's last key (rule 1, seen), A releases, the gone take keeps the seen bit, A skips: missed, not declared"
+	# NEWEST (containerd/nri PR 281): what it loses unsaid (C10, C11)
+	"cut-x24-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3 -DNO_STANDBY_MARK|-O1|20|acts[j]>=1|C10 as before its fix (NO_STANDBY_MARK; cut-newest-shadowed without it): NEWEST, a connection neither owner nor heir is newer than the owner (a standby registered after it): called alone it skips; N1's idle promotion (no event write seen) then hides the event from rule 4: missed, not declared"
+	"cut-x25-newest-fallback-retired|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DFAULT_NO_GAP -DNEWEST -DNPROBE=3|-O1|22|acts[j]>=1|C11: NEWEST, the runtime gives up on the newest owner; the events fall back to the retired old owner, which may not take over (or closes): missed until a connection that may take over is called, not declared in the register"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"

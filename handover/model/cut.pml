@@ -127,6 +127,15 @@
  * counted before every CAS, a failed one too, as before the fix of
  * cut-x21).
  *
+ * NEWEST (RULES only; containerd/nri PR 281, work in progress): the
+ * runtime calls, for each event, only the newest connection in the chain
+ * that is not closed (the order of the appends: A, then S before A or,
+ * with SNEWER, after it, then the newcomers as appended); the older ones
+ * are shadowed, and the newest of them is called again, without any
+ * notice, once every newer one has closed. Findings C10 (cut-x24) and C11
+ * (cut-x25) in docs/model.md. NO_MISS_CHECK: at the end, only "at most
+ * once" is checked (not "acted on or declared").
+ *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
  *                          (default: the word, then the counter, then CAS)
@@ -192,6 +201,18 @@ bit WQ = 0;        /* FIX_QUIET_BIT: the heir's quiet mark, cleared by every wri
  * skip and no new event was recorded since; cleared with the heir and by
  * every record of a new event */
 bit WU = 0;
+/* FIX_STANDBY_MARK (C10, cut-x24; the default with RULES, as the code
+ * has it: cutWord.unrecorded; NO_STANDBY_MARK: the code before): a connection that
+ * may take over, neither owner nor heir, called for an event the register
+ * does not record while an owner holds it, marks the word (bit 63); every
+ * record of a new event clears it; a connection that takes the register
+ * over from another with it set declares the events since the marked one
+ * (ghost Wmev) in doubt (not a releaser's take), and the idle rule
+ * holds off while it is set */
+bit WM = 0;
+#if defined(RULES) && !defined(NO_STANDBY_MARK)
+#define FIX_STANDBY_MARK
+#endif
 /* beside it: the events counter */
 byte evcount = 0;
 
@@ -226,6 +247,9 @@ bit mt[NC];
  * code before cut-x22's fix): caller.called (decide ran for the
  * connection before), only an heir's first call marks */
 byte Wuev = 0;
+byte Wmev = 0;
+byte evnow = 0;   /* ghost: the events ended so far */
+#define DECLARE_MARK(jj, upto) jj = Wmev; do :: jj < upto -> decl[jj] = decl[jj] | 2; jj++ :: else -> break od; ndecl++; jj = 0
 #ifdef MARK_FIRST_ONLY
 bit called[NC];
 #define CALLED(c) called[c] = 1
@@ -254,6 +278,12 @@ bit rel0 = 0;
 #endif
 #define RLS(c) (c == 0 && rel0 && RELEASER)
 byte lateK = 0;
+#ifdef NEWEST
+/* the order of the appends (NEWEST): A 1, S 0 (older than A) or, with
+ * SNEWER, 2; the newcomers from 3 on, as appended */
+byte seq[NC];
+byte nseq = 3;
+#endif
 #endif
 
 /* connection side */
@@ -267,11 +297,11 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #define tag(c) (c + 1)
 
 /* promote connection X (the heir) to owner */
-#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; WU = 0
+#define PROMOTE(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; WU = 0; WM = 0
 
 #ifdef RULES
 /* The register word as one value (for the CAS's compare). */
-#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14) | (WU << 15))
+#define WORD (Wowner | (Wheir << 3) | (Wkey << 6) | (WoS << 9) | (WhS << 10) | (Wacted << 11) | (Wdone << 12) | (WiD << 13) | (WQ << 14) | (WU << 15) | (WM << 16))
 /* cutWord.overran: the acting connection is inside its handler */
 #define OVERRAN (Wowner != 0 && Wacted && !Wdone && !WiD && RULE3)
 /* broken variants: a rule left out */
@@ -397,6 +427,12 @@ inline call(c, e, k) {
 			if
 			:: plan == P_SKIP ->
 				/* no write; what it saw, for its next call */
+#ifdef FIX_STANDBY_MARK
+				if
+				:: mt[c] && !rls && Wkey != k && Wowner != 0 && !WM -> WM = 1; Wmev = e
+				:: else
+				fi;
+#endif
 				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
@@ -418,6 +454,7 @@ inline call(c, e, k) {
 			if
 			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
 			:: else ->
+				wmd = WM && Wowner != tag(c);
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D ->
 					nrec++;
@@ -515,6 +552,17 @@ inline call(c, e, k) {
 					WhS = 0; Wkey = k; Wev = e + 1; Wdone = 0; WiD = 0; WU = 0
 				fi;
 				WQ = 0;
+#ifdef FIX_STANDBY_MARK
+				if
+				:: Wowner == tag(c) && wmd && !rls -> DECLARE_MARK(j, e); printf("MSC: e%d conn %d: standby mark of e%d declared\n", e, c, Wmev)
+				:: else
+				fi;
+				if
+				:: plan != P_C1 || Wowner == tag(c) && wmd -> WM = 0; Wmev = 0
+				:: else
+				fi;
+#endif
+				wmd = 0;
 				/* the mark is the heir's: cleared with it */
 				if
 				:: Wheir == 0 -> WU = 0
@@ -672,7 +720,7 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	bit isO, isH, seen;
+	bit isO, isH, seen, wmd;
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -697,7 +745,27 @@ proctype Runtime() {
 			:: true
 			fi;
 #endif
-#ifdef RULES
+#if defined(RULES) && defined(NEWEST)
+			/* NEWEST (containerd/nri PR 281): only the newest connection
+			 * in the chain that is not closed is called; the older ones
+			 * are shadowed, and one of them is called again, without any
+			 * notice, once every newer one has closed */
+			pending = 0; cc = NONE; j = 0;
+			do
+			:: j < NC ->
+				if
+				:: inchain[j] && !closed[j] && (cc == NONE || seq[j] > seq[cc]) -> cc = j
+				:: else
+				fi;
+				j++
+			:: else -> break
+			od;
+			if
+			:: cc != NONE -> pending = 1 << cc
+			:: else
+			fi;
+			cc = 0; j = 0
+#elif defined(RULES)
 			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2) | ((inchain[3] && !closed[3]) << 3)
 #else
 			pending = (inchain[0] && !closed[0]) | ((inchain[1] && !closed[1]) << 1) | ((inchain[2] && !closed[2]) << 2)
@@ -745,6 +813,9 @@ proctype Runtime() {
 			assert(acts[e] == 1);
 #endif
 			inEvent = 0; midspan = 0; e++;
+#ifdef RULES
+			evnow = e;
+#endif
 #ifdef NOREPEAT
 			lastk = k;
 #endif
@@ -761,7 +832,9 @@ proctype Runtime() {
 		j = 0;
 		do
 		:: j < NEV ->
+#ifndef NO_MISS_CHECK
 			assert(acts[j] >= 1 || decl[j] != 0);
+#endif
 			assert(!ALOV || !(decl[j] & 1) || acts[j] >= 1);
 #ifdef CHECK_RELEASER
 			/* an orderly leave (its release succeeded, DISC_BETWEEN: it
@@ -851,7 +924,11 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 		mt[c] = 1;     /* ClaimConn returned: its instance's newest connection */
 #endif
 		/* the runtime appends it under its lock: never during an event */
-		atomic { !inEvent -> inchain[c] = 1; appended = 1; printf("MSC: conn %d appended\n", c) }
+		atomic { !inEvent -> inchain[c] = 1; appended = 1;
+#if defined(RULES) && defined(NEWEST)
+			seq[c] = nseq; nseq++;
+#endif
+			printf("MSC: conn %d appended\n", c) }
 	fi
 }
 
@@ -863,16 +940,21 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
  * either. NO_IDLE_UNSEEN (broken): the code before, a promotion that
  * neither holds off nor declares. */
 #if defined(RULES) && !defined(NO_IDLE_UNSEEN)
+#ifdef FIX_STANDBY_MARK
+#define IDLE_UNSEEN(c) ((WU || WM) && Wowner != 0)
+#else
 #define IDLE_UNSEEN(c) (WU && Wowner != 0)
+#endif
 #else
 #define IDLE_UNSEEN(c) 0
 #endif
 /* the idle rule's CAS: the word is as it read it */
-#define SNAPEQ (sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && sU == WU)
+#define SNAPEQ (sO == Wowner && sH == Wheir && sK == Wkey && sOS == WoS && sHS == WhS && sA == Wacted && sD == Wdone && sQ == WQ && sID == WiD && sU == WU && sM == WM)
 /* The idle rule of a newcomer whose Synchronize returned. */
 proctype Idle(byte c) {
 	byte sO, sH, sK, cnt;
-	bit sOS, sHS, sA, sD, sQ, sU;
+	bit sOS, sHS, sA, sD, sQ, sU, sM;
+	byte jj;
 	bit sID, prom;
 #ifdef IDLE_EARLY
 	synced[c] && !closed[c];
@@ -888,7 +970,7 @@ proctype Idle(byte c) {
 #ifndef NO_T2
 			!midspan ->
 #endif
-			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ; sU = WU;
+			sO = Wowner; sH = Wheir; sK = Wkey; sOS = WoS; sHS = WhS; sA = Wacted; sD = Wdone; sQ = WQ; sU = WU; sM = WM;
 #ifdef RULES
 			sID = WiD;
 #endif
@@ -939,7 +1021,17 @@ proctype Idle(byte c) {
 #ifdef RULES
 			/* the hold's bound: promoted, that event declared in doubt */
 			:: SNAPEQ && IDLE_UNSEEN(c) ->
-				decl[Wuev] = decl[Wuev] | 1; ndecl++;
+				if
+				:: WU -> decl[Wuev] = decl[Wuev] | 1; ndecl++
+				:: else
+				fi;
+#ifdef FIX_STANDBY_MARK
+				if
+				:: WM -> DECLARE_MARK(jj, evnow)
+				:: else
+				fi;
+				Wmev = 0;
+#endif
 				printf("MSC: conn %d: idle after its unseen first call (e%d): declared\n", c, Wuev);
 				Wuev = 0;
 				PROMOTE(tag(c));
@@ -980,6 +1072,13 @@ next:		skip
 #else
 				/* broken: as before 0384538, ownerSeen 0 */
 				WoS = 0;
+#endif
+#ifdef FIX_STANDBY_MARK
+				if
+				:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow)
+				:: else
+				fi;
+				WM = 0; Wmev = 0;
 #endif
 				Wowner = tag(c); Wheir = 0; WhS = 0; WU = 0; Wuev = 0
 			:: else
@@ -1096,6 +1195,12 @@ init {
 #endif
 #ifdef STANDBY
 		inchain[3] = 1; mt[3] = 1;   /* a live standby's connection */
+#endif
+#ifdef NEWEST
+		seq[0] = 1;
+#ifdef SNEWER
+		seq[3] = 2;
+#endif
 #endif
 #ifdef ABANDON
 		run Late();

@@ -231,6 +231,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.log = cfg.Log.WithFields(logrus.Fields{
 		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,
 	})
+	if err := cfg.Dir.LayoutErr(); err != nil {
+		c.log.WithError(err).Error("handover page of another layout: this instance takes no part in the handover (standby, not Ready); the instances that speak it go on serving")
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if err := c.serve(); err != nil {
 		c.cancel()
@@ -515,6 +518,16 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 	return role, err
 }
 
+// refuseForLayout keeps an instance whose handover page has a layout it
+// does not speak (Dir.LayoutErr) out of the handover: standby, not Ready,
+// with the reason in its status, and no claim retried (a later claim finds
+// the same page).
+func (c *Coordinator) refuseForLayout(err error) {
+	if r := c.currentRole(); r == api.Role_ROLE_JOINING || r == api.Role_ROLE_STANDBY {
+		c.transition(api.Role_ROLE_STANDBY, "not taking part: "+err.Error(), "", false)
+	}
+}
+
 // ErrNotReady is returned by ClaimThen when this instance claimed
 // ownership but its ready function failed or overran: ownership was given
 // back to the instance it was taken from.
@@ -654,6 +667,12 @@ func claimOutcome(before, after api.Role, last Outcome, err error) Outcome {
 // request that comes too late, and takes ownership back if this instance
 // yields no sign of owning shortly after it (watchSuccessor).
 func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimGrant) (api.Role, error) {
+	if err := c.cfg.Dir.LayoutErr(); err != nil {
+		// Before asking anyone to yield: the instances that speak the
+		// page go on serving (a failed upgrade changes nothing).
+		c.refuseForLayout(err)
+		return c.currentRole(), fmt.Errorf("claim: %w", err)
+	}
 	deadline := w.publishBy
 	clock := c.clock()
 	budget := deadline.Sub(clock.Now())
@@ -1290,6 +1309,10 @@ func (c *Coordinator) takeBack(why string, overdue bool) {
 // ownOutsideFence makes this instance owner outside a Synchronize (a
 // promotion or a take-back), reports the outcome and tells the harness.
 func (c *Coordinator) ownOutsideFence(reason string, o Outcome, start time.Time) error {
+	if err := c.cfg.Dir.LayoutErr(); err != nil {
+		c.refuseForLayout(err)
+		return fmt.Errorf("%s: %w", reason, err)
+	}
 	if _, err := c.becomeOwner(nil, 0, reason, o, start, time.Time{}); err != nil {
 		return err
 	}

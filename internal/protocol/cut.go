@@ -66,6 +66,17 @@ type cutWord struct {
 	// does not promote the heir while it is set (cut-x20): the next event
 	// decides. Cleared with the heir.
 	heirUnseen bool
+	// unrecorded: a connection that may take over, neither owner nor
+	// heir, was called for an event the register did not record while an
+	// owner held it (the owner had not been called for it yet), and no
+	// event was recorded since. On a runtime that calls every connection
+	// the owner, called next, records the event and clears it; on one that
+	// calls only the newest connection of a name and index (containerd/nri
+	// PR 281) the owner, shadowed, is never called for it: a connection
+	// that takes the register over from another with it set declares that
+	// event in doubt, and the idle rule holds off while it is set (model
+	// finding C10, cut-x24: the heir's promotion hid it).
+	unrecorded bool
 }
 
 func decodeCut(w uint64) cutWord {
@@ -80,12 +91,13 @@ func decodeCut(w uint64) cutWord {
 		inDoubt:    w&(1<<60) != 0,
 		quiet:      w&(1<<61) != 0,
 		heirUnseen: w&(1<<62) != 0,
+		unrecorded: w&(1<<63) != 0,
 	}
 }
 
 func (c cutWord) encode() uint64 {
 	w := uint64(c.owner) | uint64(c.heir)<<16 | uint64(c.key&keyMask)<<32
-	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt, c.quiet, c.heirUnseen} {
+	for i, b := range []bool{c.ownerSeen, c.heirSeen, c.acted, c.done, c.inDoubt, c.quiet, c.heirUnseen, c.unrecorded} {
 		if b {
 			w |= 1 << (56 + i)
 		}
@@ -135,6 +147,10 @@ type Decision struct {
 	// counted.
 	heirUnseen, unseenMark bool
 	recordedKey            uint32
+	// unrecorded: this connection took the register over from another
+	// with cutWord.unrecorded set: the event a standby was called for
+	// first, and the owner never, is declared in doubt.
+	unrecorded bool
 
 	saw  sighting // for the caller's next call
 	took bool     // a connection that was neither owner nor heir took the register (rules 3-5)
@@ -237,6 +253,11 @@ func (w cutWord) overran() bool { return w.owner != 0 && w.acted && !w.done && !
 //     previous call): then this event is in doubt. If instead nothing was
 //     recorded since its previous call, for which it was called first,
 //     the owner left before its turn in that event: it is declared.
+//
+// A connection that may take over and skips an event the register does not
+// record while an owner holds it marks the register (cutWord.unrecorded);
+// a connection that takes the register over from another with the mark set
+// declares that event in doubt (model finding C10).
 func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 	d.genMu.RLock()
 	defer d.genMu.RUnlock()
@@ -248,6 +269,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		old := atomic.LoadUint64(reg)
 		w := decodeCut(old)
 		isOwner, isHeir := w.owner == tag, w.heir == tag
+		// A mark of another connection's (cutWord.unrecorded): declared
+		// if this call takes the register over.
+		marked := w.unrecorded && !isOwner
 		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
 		events := atomic.LoadUint64(d.word(eventsOffset))
 		skipped := false
@@ -276,6 +300,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 					dec.InDoubt, dec.Act = true, me.atLeastOnce
 					w.inDoubt, w.done = true, !dec.Act
 				}
+				dec.unrecorded = marked && !me.releaser
 				if d.swapCut(reg, old, w) {
 					atomic.AddUint64(d.word(eventsOffset), 1) // counted once, for the swap that landed
 					d.storeOwnerEvents(tag, me.events)
@@ -286,6 +311,14 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				continue
 			}
 			if !skipped && !(me.mayTakeOver && w.overran()) {
+				if me.mayTakeOver && !me.releaser && w.owner != 0 && w.key != key && !w.unrecorded {
+					// Called before the owner, or instead of it: marked
+					// until the owner (or anyone) records an event.
+					w.unrecorded = true
+					if !d.swapCut(reg, old, w) {
+						continue
+					}
+				}
 				return dec
 			}
 			dec.took = true
@@ -377,6 +410,13 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		}
 		w.quiet = false
 		w.heirUnseen = w.heirUnseen && w.heir != 0 // the mark is the heir's
+		if w.owner == tag && marked {
+			// Taken over (an heir's promotion, rules 1 to 4) with the mark
+			// of an event the owner was not called for: declared.
+			dec.unrecorded, w.unrecorded = true, false
+		} else if newEvent {
+			w.unrecorded = false // a fresh word: recorded
+		}
 		if d.swapCut(reg, old, w) {
 			if newEvent {
 				// Counted once, after the swap that landed: a failed swap

@@ -661,3 +661,105 @@ func TestCutHeirCalledFirstSkipsAgain(t *testing.T) {
 		}
 	}
 }
+
+// TestCutNewestOnlyRouting plays the routing of containerd/nri PR 281
+// (only the newest connection of a name and index is called; an older one
+// again, unnoticed, once the newer closed) against decide, as the model's
+// cut-newest-rollout and cut-newest-fallback runs do: the newcomer, called
+// alone once appended, takes over at its first event; the old owner,
+// shadowed, is never called again; when the runtime drops the newcomer
+// between events and falls back to the older connection (which may take
+// over), its first call skips and its second takes over by rule 4,
+// declaring the first: nothing acted on twice, nothing lost unsaid.
+func TestCutNewestOnlyRouting(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, heir := newCutWithHeirForTest(t, kind)
+	acts := map[uint32]int{}
+	call := func(tag, key uint32, me caller) Decision {
+		dec := d.decide(uint16(tag), key, kind, me)
+		if dec.Act {
+			acts[key]++
+			d.finish(uint16(tag), key)
+		}
+		return dec
+	}
+	// Event 1: the heir is not appended yet; the owner alone (the newest).
+	if !call(uint32(owner), 1, caller{events: kind}).Act {
+		t.Fatal("event 1: the owner did not act")
+	}
+	// Event 2: the heir, appended, is the newest: called alone.
+	if dec := call(uint32(heir), 2, caller{mayTakeOver: true, events: kind}); !dec.Act || !dec.Promoted || dec.Overrun {
+		t.Fatalf("event 2: the heir, called alone, did not take over cleanly: %+v", dec)
+	}
+	if !call(uint32(heir), 3, caller{mayTakeOver: true, events: kind}).Act {
+		t.Fatal("event 3: the new owner did not act")
+	}
+	// The runtime drops the new owner between events and falls back to
+	// the old connection (not leaving: it may take over), unnoticed.
+	old := caller{mayTakeOver: true, events: kind}
+	dec := call(uint32(owner), 4, old)
+	if dec.Act || !dec.saw.valid || !dec.saw.first {
+		t.Fatalf("event 4: the fallback's first call: %+v, want a skip that saw the event unrecorded", dec)
+	}
+	old.prev = dec.saw
+	dec = call(uint32(owner), 5, old)
+	if !dec.Act || !dec.Promoted || !dec.Overrun {
+		t.Fatalf("event 5: the fallback did not take over declaring event 4 (rule 4): %+v", dec)
+	}
+	for key, n := range acts {
+		if n > 1 {
+			t.Fatalf("event %d acted on %d times", key, n)
+		}
+	}
+	if acts[4] != 0 || acts[1]+acts[2]+acts[3]+acts[5] != 4 {
+		t.Fatalf("acts %v: want events 1-3 and 5 acted on once, 4 declared (Overrun at 5)", acts)
+	}
+}
+
+// TestCutStandbyCalledInsteadOfTheOwner: with containerd/nri PR 281's
+// routing a standby that registered after the owner is the newest
+// connection and is called alone; it skips (the owner owns the register).
+// Then the heir, appended after it, is the newest and takes over at its
+// first event: the event the standby skipped must be declared (model
+// finding C10, cut-x24: nothing marked it, it was lost unsaid). On a
+// runtime that calls every connection the owner, called after the
+// standby, records the event and clears the mark: nothing is declared.
+func TestCutStandbyCalledInsteadOfTheOwner(t *testing.T) {
+	const kind = 1 << 3
+	for _, shadowed := range []bool{true, false} {
+		d, owner, heir := newCutWithHeirForTest(t, kind)
+		standby := d.newConnTag()
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		// Event 2: the standby is called (alone, or before the owner).
+		sb := caller{mayTakeOver: true, events: kind}
+		if dec := d.decide(standby, 2, kind, sb); dec.Act || dec.Promoted {
+			t.Fatalf("event 2: the standby acted: %+v", dec)
+		}
+		if w, _, _ := d.readCut(); !w.unrecorded {
+			t.Fatalf("event 2: the standby's skip of an unrecorded event left no mark: %+v", w)
+		}
+		if !shadowed {
+			if !d.decide(owner, 2, kind, caller{events: kind}).Act {
+				t.Fatal("event 2: the owner, called after the standby, did not act")
+			}
+			d.finish(owner, 2)
+			if w, _, _ := d.readCut(); w.unrecorded {
+				t.Fatalf("event 2: the owner's record left the mark: %+v", w)
+			}
+		}
+		// Event 3: the heir, the newest, first (or alone).
+		dec := d.decide(heir, 3, kind, caller{mayTakeOver: true, events: kind})
+		if !dec.Act || !dec.Promoted {
+			t.Fatalf("shadowed %v, event 3: the heir did not take over: %+v", shadowed, dec)
+		}
+		if dec.unrecorded != shadowed {
+			t.Fatalf("shadowed %v, event 3: event 2 declared %v, want %v", shadowed, dec.unrecorded, shadowed)
+		}
+		if w, _, _ := d.readCut(); w.unrecorded {
+			t.Fatalf("event 3: the takeover left the mark: %+v", w)
+		}
+	}
+}

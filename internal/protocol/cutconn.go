@@ -89,6 +89,9 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 // Decide runs the cut for one event at connection tag (see Dir.decide);
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
 func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
+	if c.cfg.Dir.LayoutErr() != nil {
+		return Decision{} // a page it does not speak: it never acts (see ErrPageLayout)
+	}
 	c.mu.Lock()
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
 		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
@@ -109,6 +112,19 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
 		gap.gapSince = d.actedSince
 	}
 	c.reportInDoubt(gap)
+	if d.unrecorded && gap.gapSince.IsZero() && !d.Overrun && !me.releaser {
+		// (Rules 3 and 4 declare the window from the recorded event on,
+		// which holds the marked one; a releaser takes back an event nobody
+		// took, see caller.releaser.)
+		// A standby was called for an event before the owner or instead
+		// of it, and nobody recorded an event since (cutWord.unrecorded).
+		c.log.WithFields(logrus.Fields{"conn": tag, "owner_conn": d.prevOwner}).
+			Warn("in doubt: a standby was called for an event the owner was not called for (a runtime that calls only the newest connection, containerd/nri PR 281, or the owner dropped); taking over")
+		c.countInDoubt()
+		if !d.took {
+			c.catchUp() // a take by rule 5 follows the takeover below
+		}
+	}
 	switch {
 	case d.took && me.releaser:
 		// Back for an event nobody took; given up again at Finish.
@@ -331,7 +347,10 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			// be called for, or a new one with its key: rule 1 declares it.
 			seen := w.heir == tag && w.heirSeen
 			w.inDoubt = w.inDoubt || !seen && w.acted && w.owner == 0
-			w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen = tag, 0, seen, false, false
+			// A standby's mark of an event the owner was not called for
+			// (cutWord.unrecorded): in doubt.
+			t.inDoubt = t.inDoubt || w.unrecorded && w.owner != 0
+			w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen, w.unrecorded = tag, 0, seen, false, false, false
 			outright = true
 		}
 		return true
@@ -409,7 +428,9 @@ func (c *Coordinator) giveBackCut(prev cutWord, tag uint16) {
 // event in progress). It returns whether tag owns the register.
 //
 // It holds off while the register marks the heir's last call as rule 1's
-// ambiguous skip (cutWord.heirUnseen) and an owner holds it: that call may
+// ambiguous skip (cutWord.heirUnseen), or a standby's skip of an event the
+// owner was not called for (cutWord.unrecorded, model finding C10), and an
+// owner holds it: that call may
 // have been for a new event that the runtime called the heir alone for
 // (the owner dropped), which only the next event can tell — the heir then
 // takes over declaring it (rule 2), or the owner hands over to it.
@@ -488,12 +509,13 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 				return false
 			case !w.quiet:
 				w.quiet, held = true, 0 // re-arm: an event came; the hold starts again
-			case w.heirUnseen && w.owner != 0 && held < unseenHoldIntervals:
+			case (w.heirUnseen || w.unrecorded) && w.owner != 0 && held < unseenHoldIntervals:
 				hold = true // the next event decides (see above)
 				return false
 			default:
-				declare = w.heirUnseen && w.owner != 0
+				declare = (w.heirUnseen || w.unrecorded) && w.owner != 0
 				w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen, w.quiet = tag, 0, true, false, false, false
+				w.unrecorded = false
 				promoted = true
 			}
 			return true

@@ -42,13 +42,17 @@ type Dir struct {
 	genMu sync.RWMutex
 	gen   []byte
 
+	// layoutErr is set when owner.gen has a layout this build does not
+	// speak (see checkLayout): the instance takes no part in the cut.
+	layoutErr error
+
 	// beforeCutSwap, if set (tests only, before the directory is used), is
 	// called before each swap of decide: a test makes a swap fail there
 	// as a concurrent writer of the register would.
 	beforeCutSwap func()
 }
 
-// genFileSize is the size of owner.gen: one page, of which 16 bytes are used.
+// genFileSize is the size of owner.gen: one page, of which 88 bytes are used.
 const genFileSize = 4096
 
 // OpenDir creates (0700) or checks the handover directory of plugin under
@@ -77,8 +81,41 @@ func OpenDir(root, plugin string) (*Dir, error) {
 		_ = unix.Close(fd)
 		return nil, fmt.Errorf("handover directory %s: %w", d.path, err)
 	}
+	d.layoutErr = d.checkLayout()
 	return d, nil
 }
+
+// pageLayout is the layout of owner.gen this build reads and writes: the
+// word offsets below and in cut.go, and the register's bits (heirUnseen,
+// bit 62, included). Change it with any change an instance of an older
+// build would misread; an instance never writes a page of another layout.
+const pageLayout = 1
+
+// ErrPageLayout is wrapped by the error of an instance whose handover page
+// (owner.gen) has a layout this build does not speak: it takes no part in
+// the handover (it claims nothing, acts on no event and is not Ready), so
+// that an incompatible upgrade leaves the instances that speak the page
+// serving instead of corrupting the per-event cut.
+var ErrPageLayout = errors.New("handover page layout not supported by this build")
+
+// checkLayout stamps a page that has no layout yet with pageLayout (a new
+// page, or one written by a build from before the layout word, which used
+// the same offsets as layout 1), and reports a page of another layout.
+func (d *Dir) checkLayout() error {
+	w := d.word(layoutOffset)
+	if atomic.CompareAndSwapUint64(w, 0, pageLayout) {
+		return nil
+	}
+	if l := atomic.LoadUint64(w); l != pageLayout {
+		return fmt.Errorf("%s has layout %d, this build speaks layout %d: %w",
+			filepath.Join(d.path, genFileName), l, pageLayout, ErrPageLayout)
+	}
+	return nil
+}
+
+// LayoutErr reports (wrapping ErrPageLayout) that the handover page has a
+// layout this build does not speak; nil if it speaks it.
+func (d *Dir) LayoutErr() error { return d.layoutErr }
 
 // mapGeneration opens (creating it 0600 if needed) the owner-name
 // generation file and maps it shared, so that a change published by any
@@ -307,6 +344,9 @@ func (d *Dir) publishOwner(instanceSocket string, deadline time.Time, now func()
 const (
 	genOffset   = 0 // changes of the owner name
 	epochOffset = 8 // the last epoch any owner recorded
+	// layoutOffset holds the page's layout (pageLayout; 0: none yet). The
+	// cut's words follow the counters (cut.go: 16 to 79).
+	layoutOffset = 80
 )
 
 // word returns the counter at off in the shared page; call with genMu
