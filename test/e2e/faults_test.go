@@ -102,7 +102,13 @@ func TestContainerdRestartDuringOverlap(t *testing.T) {
 	e := n.e
 	recordPath := n.dir + "/record"
 	opts := func(v string) instanceOpts {
-		return instanceOpts{binary: "nri-reconcile", version: v, extra: []string{"-record", recordPath}}
+		// v2's Reconcile updates only the survivors: containerd v2.2.9 can
+		// wedge every NRI-hooked CRI call when an unsolicited update hits a
+		// container while the load stops it (its update holds the NRI lock
+		// and the container's status while the exiting shim does not
+		// answer: seen once in CI, 2026-12-04, 32 s with no CRI call
+		// served); that race is not what this test is about.
+		return instanceOpts{binary: "nri-reconcile", version: v, extra: []string{"-record", recordPath, "-update-prefix", "s-"}}
 	}
 	v1, load := n.ownerUnderLoad(opts("1.0.0"), 2)
 

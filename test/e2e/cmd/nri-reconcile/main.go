@@ -37,7 +37,10 @@ type versioned struct {
 	*audit.Plugin
 	instance, version string
 	record            *os.File
-	mu                sync.Mutex
+	// updatePrefix: Reconcile updates only the containers whose name
+	// starts with it ("": all).
+	updatePrefix string
+	mu           sync.Mutex
 }
 
 func (v *versioned) write(kind string, fields []string) {
@@ -64,6 +67,9 @@ func (v *versioned) Reconcile(_ context.Context, p *plugin.Plugin, older []*plug
 	var updates []*api.ContainerUpdate
 	for _, sc := range older {
 		ids = append(ids, sc.Container.GetId()+":"+sc.Stamp.Version.Original())
+		if !strings.HasPrefix(sc.Container.GetName(), v.updatePrefix) {
+			continue
+		}
 		u := &api.ContainerUpdate{ContainerId: sc.Container.GetId()}
 		u.SetLinuxCPUShares(ReconcileShares)
 		updates = append(updates, u)
@@ -83,14 +89,15 @@ func main() {
 	ledger := flag.String("ledger", "/var/log/nri-audit.log", "file to append one line per acted event to")
 	ver := flag.String("version", "1.0.0", "plugin version to report and stamp")
 	record := flag.String("record", "/var/log/nri-reconcile.log", "file to append Synchronize and Reconcile records to")
+	updatePrefix := flag.String("update-prefix", "", "Reconcile updates only the containers whose name starts with this (all if empty)")
 	flag.Parse()
-	if err := run(flags, *ledger, *record, *ver); err != nil {
+	if err := run(flags, *ledger, *record, *ver, *updatePrefix); err != nil {
 		fmt.Fprintln(os.Stderr, "nri-reconcile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(flags *plugin.Flags, ledgerPath, recordPath, ver string) error {
+func run(flags *plugin.Flags, ledgerPath, recordPath, ver, updatePrefix string) error {
 	opts, err := flags.Options()
 	if err != nil {
 		return err
@@ -101,7 +108,7 @@ func run(flags *plugin.Flags, ledgerPath, recordPath, ver string) error {
 	}
 	defer rf.Close()
 	rec := &lazyRecorder{}
-	v := &versioned{Plugin: &audit.Plugin{Version: ver, Recorder: rec}, version: ver, record: rf}
+	v := &versioned{Plugin: &audit.Plugin{Version: ver, Recorder: rec}, version: ver, record: rf, updatePrefix: updatePrefix}
 	p, err := plugin.New(v, append(opts, plugin.WithVersion(ver), plugin.WithLogger(logrus.NewEntry(logrus.StandardLogger())))...)
 	if err != nil {
 		return err
