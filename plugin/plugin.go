@@ -637,7 +637,8 @@ func (p *Plugin) loop(configured chan struct{}) error {
 		p.log.WithField("addr", p.cfg.metricsAddr).Info("serving /metrics, /healthz, /readyz")
 		defer stop()
 	}
-	delay := backoff.New(50*time.Millisecond, 5*time.Second)
+	delay := backoff.New(reconnectMin, 5*time.Second)
+	var lastQuick time.Time // the last reconnect made at once after a working connection
 	for {
 		c, err := p.connect(ctx)
 		if err != nil {
@@ -688,6 +689,13 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			select {
 			case <-c.synced: // that connection worked: start the backoff over
 				delay.Reset()
+				if now := time.Now(); now.Sub(lastQuick) >= quickReconnectEvery {
+					// At once: while no instance is in the runtime's chain,
+					// every event reaches nobody (a thawed owner's 50 ms
+					// wait was most of such a window in the demo).
+					lastQuick = now
+					continue
+				}
 			default:
 			}
 			if !delay.Wait(ctx) {
@@ -724,6 +732,16 @@ func (p *Plugin) loop(configured chan struct{}) error {
 		}
 	}
 }
+
+// reconnectMin is the first step of the backoff between connection
+// attempts (a variable for the package's tests).
+var reconnectMin = 50 * time.Millisecond
+
+// quickReconnectEvery spaces out the reconnects made at once after a
+// connection that had been synchronized: at most one per interval, the
+// others wait the backoff, so that a runtime that drops every connection
+// right after its Synchronize is not hammered.
+const quickReconnectEvery = time.Second
 
 // Close releases a Plugin whose Run or Start was never called: New
 // already serves the handover protocol and holds the handover directory.
