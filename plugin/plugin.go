@@ -153,6 +153,14 @@ type Plugin struct {
 
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects, caughtUp atomic.Uint64
 
+	// missed holds, by id, the unstamped containers this instance acted
+	// on a later event of while no instance had processed them (see
+	// adapter.noteMissedCreation): a container still to be handed to the
+	// author (pending), or nil for one known processed (handed, or in the
+	// synced-unstamped record). Guarded by missedMu.
+	missedMu sync.Mutex
+	missed   map[string]*api.Container
+
 	closeOnce sync.Once
 
 	// The run: begin sets runCtx and cancel (once), finish sets runErr
@@ -233,6 +241,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		version: v,
 		resync:  make(chan string, 1),
 		catchUp: make(chan struct{}, 1),
+		missed:  map[string]*api.Container{},
 		done:    make(chan struct{}),
 		runtime: runtimeInfo{
 			registrationTimeout: stub.DefaultRegistrationTimeout, requestTimeout: stub.DefaultRequestTimeout,
