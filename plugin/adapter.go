@@ -72,6 +72,9 @@ type adapter struct {
 	// nothing.
 	replaces *conn
 	quiet    bool
+	// also, of a quiet connection, is a second connection it closes
+	// (see stopQuietly).
+	also *conn
 	// tag is this connection's in the per-event cut (0 for a quiet one);
 	// lost is closed when the connection is lost. retiring is a replaced
 	// connection that still owns the cut: it is closed from inside this
@@ -222,6 +225,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	defer a.syncedOnce.Do(func() { close(a.synced) })
 	if a.quiet {
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+		if a.also != nil {
+			p.closeQuietly(a.also)
+		}
 		if sock := a.self.socket.Load(); sock != nil {
 			a.answerFrames.Store(sock.pluginFrames())
 		}

@@ -674,6 +674,16 @@ func (p *Plugin) loop(configured chan struct{}) error {
 	serving:
 		switch p.serve(ctx, c) {
 		case stopped:
+			if p.catchUpPending() {
+				// Asked for before the stop: the containers it hands
+				// (some reached by a later event only, see
+				// noteMissedCreation) are known to this instance alone.
+				if next, err := p.catchUpNow(ctx, c); err != nil {
+					p.log.WithError(err).Warn("catch-up at stop: could not replace the runtime connection; the containers it would hand are not handed")
+				} else {
+					c = next
+				}
+			}
 			p.leave(c.closed)
 			if p.crashed() {
 				p.disconnect(c)
@@ -682,8 +692,8 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			}
 			return nil
 		case catchUp:
-			if next, err := p.replace(ctx, c, false); err != nil {
-				p.log.WithError(err).Warn("catch-up: could not replace the runtime connection")
+			if next, err := p.catchUpNow(ctx, c); err != nil {
+				p.log.WithError(err).Warn("could not replace the runtime connection")
 			} else {
 				c = next
 			}
@@ -740,6 +750,46 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			}
 		}
 	}
+}
+
+// catchUpNow replaces c to catch up (see replace). A stop does not cancel
+// it: a catch-up that was asked for goes on for up to the leave timeout
+// after ctx ends (the owner keeps acting meanwhile, as when it leaves).
+func (p *Plugin) catchUpNow(ctx context.Context, c *conn) (*conn, error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		p.log.WithField("bound", p.cfg.leaveTimeout.String()).Info("stopping: the catch-up asked for goes on first")
+		time.AfterFunc(p.cfg.leaveTimeout, cancel)
+	})
+	defer stop()
+	next, err := p.replace(cctx, c, false)
+	if err != nil {
+		return nil, fmt.Errorf("catch-up: %w", err)
+	}
+	return next, nil
+}
+
+// catchUpPending reports whether this owner has a catch-up to make: one
+// was asked for and not made yet, or a missed creation is still to be
+// handed (see noteMissedCreation).
+func (p *Plugin) catchUpPending() bool {
+	if p.Role() != handover.RoleOwner {
+		return false
+	}
+	select {
+	case <-p.catchUp:
+		return true
+	default:
+	}
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	for _, c := range p.missed {
+		if c != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // reconnectMin is the first step of the backoff between connection
