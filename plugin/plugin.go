@@ -684,6 +684,9 @@ func (p *Plugin) loop(configured chan struct{}) error {
 					c = next
 				}
 			}
+			if p.Role() != handover.RoleOwner {
+				p.handMissedNow()
+			}
 			p.leave(c.closed)
 			if p.crashed() {
 				p.disconnect(c)
@@ -696,6 +699,9 @@ func (p *Plugin) loop(configured chan struct{}) error {
 				p.log.WithError(err).Warn("could not replace the runtime connection")
 			} else {
 				c = next
+			}
+			if p.Role() != handover.RoleOwner {
+				p.handMissedNow() // yielded meanwhile
 			}
 			goto serving
 		case lost:
@@ -792,6 +798,69 @@ func (p *Plugin) catchUpPending() bool {
 	return false
 }
 
+// handMissedNow hands the author the missed creations still pending
+// (see noteMissedCreation) of an instance that is no longer owner: it
+// yielded before its catch-up's Synchronize, and no other instance knows
+// of them (a stopped container is listed by no Synchronize). Its author
+// gets no events any more, so this Synchronize runs alone; the updates
+// it returns go through UpdateContainers, and the synced-unstamped record
+// keeps the containers from being handed again.
+func (p *Plugin) handMissedNow() {
+	took := p.takeMissed()
+	if len(took) == 0 {
+		return
+	}
+	syncer, ok := p.author.(stub.SynchronizeInterface)
+	if !ok {
+		return
+	}
+	ids := make([]string, 0, len(took))
+	for _, c := range took {
+		ids = append(ids, c.GetId())
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
+	}
+	fresh := took[:0]
+	for _, c := range took {
+		if _, was := synced[c.GetId()]; !was {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	p.log.WithField("containers", ids).Warn("no longer owner before the catch-up: handing the missed creations only this instance saw to the author now")
+	rt := p.RequestTimeout()
+	if rt <= 0 {
+		rt = api.DefaultPluginRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rt)
+	defer cancel()
+	updates, err := syncer.Synchronize(ctx, nil, fresh)
+	if err != nil {
+		p.log.WithError(err).Warn("author Synchronize of the missed creations failed")
+		return
+	}
+	if p.coord.ActedBefore() {
+		p.caughtUp.Add(uint64(len(fresh)))
+	}
+	handed := make([]string, 0, len(fresh))
+	for _, c := range fresh {
+		handed = append(handed, c.GetId())
+	}
+	by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+	if err := p.dir.RecordSyncedUnstamped(handed, by, func(string) bool { return true }); err != nil {
+		p.log.WithError(err).Warn("cannot record the missed creations handed; a later owner may hand them again")
+	}
+	if len(updates) != 0 {
+		if _, err := p.UpdateContainers(updates); err != nil {
+			p.log.WithError(err).Warn("cannot apply the author's updates of the missed creations")
+		}
+	}
+}
+
 // reconnectMin is the first step of the backoff between connection
 // attempts (a variable for the package's tests).
 var reconnectMin = 50 * time.Millisecond
@@ -842,6 +911,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 			return lost
 		case <-p.catchUp:
 			if p.Role() != handover.RoleOwner {
+				p.handMissedNow()
 				continue
 			}
 			return catchUp
