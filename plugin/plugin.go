@@ -840,7 +840,8 @@ func (p *Plugin) handMissedNow() {
 	defer cancel()
 	updates, err := syncer.Synchronize(ctx, nil, fresh)
 	if err != nil {
-		p.log.WithError(err).Warn("author Synchronize of the missed creations failed")
+		p.log.WithError(err).Warn("author Synchronize of the missed creations failed; handing them again at this instance's next catch-up")
+		p.restoreMissed(fresh)
 		return
 	}
 	if p.coord.ActedBefore() {
