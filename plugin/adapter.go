@@ -329,7 +329,12 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			present[c.GetId()] = true
 		}
 		by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
-		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] }); rerr != nil {
+		// A container not listed is stopped or removed. With removals
+		// seen (noteRemoval), a stopped one stays recorded until its
+		// removal: dropped now, its removal would look like a missed
+		// creation and it would be handed again.
+		keepStopped := p.handles.IsSet(api.Event_REMOVE_CONTAINER)
+		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] || keepStopped }); rerr != nil {
 			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
 		}
 	}
@@ -386,9 +391,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 // creation: the next catch-up hands it to the author as unprocessed, once
 // (see Synchronize). A stamped container costs one map lookup here.
 //
-// RemoveContainer is left out: a stopped container is listed by no
-// Synchronize, so the record drops it at the next one, and its removal
-// would look missed although its creation was handed.
+// RemoveContainer has its own check (noteRemoval), which also drops the
+// container from the record.
 func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
 	p := a.p
 	if _, stamped := c.GetAnnotations()[p.stampKey]; stamped {
@@ -418,17 +422,47 @@ func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
 	p.requestCatchUp()
 }
 
-// forgetMissed drops a removed container from the missed creations known
-// processed (one still to be handed stays).
-func (p *Plugin) forgetMissed(c *api.Container) {
+// noteRemoval is called for a RemoveContainer this connection acts on. A
+// container without a stamp that was handed (in the synced-unstamped
+// record, or known here) is dropped from the record and from what this
+// instance knows: it is gone. One that was never handed is a missed
+// creation whose other events reached nobody (created and stopped while
+// no instance was in the chain, removed after an owner appended): it is
+// handed as noteMissedCreation does (and stays recorded).
+func (a *adapter) noteRemoval(c *api.Container) {
+	p := a.p
 	if _, stamped := c.GetAnnotations()[p.stampKey]; stamped {
 		return
 	}
-	p.missedMu.Lock()
-	if v, ok := p.missed[c.GetId()]; ok && v == nil {
-		delete(p.missed, c.GetId())
+	if _, ok := p.author.(stub.SynchronizeInterface); !ok {
+		return
 	}
-	p.missedMu.Unlock()
+	id := c.GetId()
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	if v, known := p.missed[id]; known && v != nil {
+		return // still to be handed
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).WithField("container", id).Warn("cannot tell whether a removed unstamped container was synchronized before")
+		return
+	}
+	_, known := p.missed[id]
+	if _, wasSynced := synced[id]; wasSynced || known {
+		delete(p.missed, id)
+		if wasSynced {
+			by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+			if err := p.dir.RecordSyncedUnstamped(nil, by, func(x string) bool { return x != id }); err != nil {
+				p.log.WithError(err).WithField("container", id).Warn("cannot drop a removed container from the synchronized record")
+			}
+		}
+		return
+	}
+	p.missed[id] = c
+	p.log.WithFields(logrus.Fields{"container": id, "event": evRemoveContainer.String()}).
+		Warn("a container no instance processed at its creation (created while no instance was in the runtime's chain, listed to none): handing it to the author as unprocessed")
+	p.requestCatchUp()
 }
 
 // takeMissed returns the missed creations still to be handed and marks
@@ -774,7 +808,7 @@ func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, 
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
 	return a.event(ctx, evRemoveContainer, c.GetId(), func() error {
-		a.p.forgetMissed(c)
+		a.noteRemoval(c)
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
 }
