@@ -94,14 +94,14 @@ func TestDemoFaults(t *testing.T) {
 //     most 4 per run over about 40 runs (2026-12-04), 0 in about 10 runs of the
 //     four modes after the plugin's catch-up fixes (2026-12-04 evening).
 //   - knownUnprocessed: the plugin now hands a missed creation when it
-//     acts on a later event of it and makes a catch-up asked for also when
-//     stopped (was up to 4 per run); 0-2 per mode and run left over about 10
-//     runs of the four modes (2026-12-04 evening), so the bound keeps one
-//     of margin for CI: a container whose only acted-on later
-//     event is its removal (left out: the synced-unstamped record drops a
-//     stopped container at the next Synchronize, so its removal would look
-//     missed after it was handed), or whose missed creation was noted by an
-//     owner killed before its catch-up (the note dies with it).
+//     acts on a later event of it (its removal included), makes a catch-up
+//     asked for also when stopped, and hands what it noted when it yields
+//     first (was up to 4 per run); 0-2 per mode and run over about 10 runs
+//     before the removal fix, 0 in the 2 runs after it (2026-12-04
+//     evening): the bound keeps a margin for CI. Left: an owner killed
+//     after noting a missed creation and before its catch-up, and a
+//     container listed only by a non-owner's Synchronize and stopped
+//     before the next owner's.
 const (
 	knownUndeclared  = 5
 	knownUnprocessed = 3
