@@ -72,6 +72,9 @@ type adapter struct {
 	// nothing.
 	replaces *conn
 	quiet    bool
+	// also, of a quiet connection, is a second connection it closes
+	// (see stopQuietly).
+	also *conn
 	// tag is this connection's in the per-event cut (0 for a quiet one);
 	// lost is closed when the connection is lost. retiring is a replaced
 	// connection that still owns the cut: it is closed from inside this
@@ -222,6 +225,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	defer a.syncedOnce.Do(func() { close(a.synced) })
 	if a.quiet {
 		p.closeQuietly(a.replaces) // no event is in flight: the runtime is synchronizing us
+		if a.also != nil {
+			p.closeQuietly(a.also)
+		}
 		if sock := a.self.socket.Load(); sock != nil {
 			a.answerFrames.Store(sock.pluginFrames())
 		}
@@ -235,6 +241,10 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		updates []*api.ContainerUpdate
 		older   []*StampedContainer
 		handed  []string // unstamped containers handed to the author
+		// took: the missed creations taken to hand (takeMissed);
+		// tookHanded: the author's Synchronize got them.
+		took       []*api.Container
+		tookHanded bool
 	)
 	// ready runs once this instance has claimed ownership. Every stamp is
 	// verified (a bad one is counted and logged); the lists are built only
@@ -274,6 +284,20 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if !hasSync {
 			return nil
 		}
+		if took = p.takeMissed(); len(took) != 0 {
+			// Containers whose creation nobody processed, seen by a
+			// later event: handed now, unless listed (then handed
+			// above if still unprocessed) or synchronized meanwhile.
+			listed := make(map[string]bool, len(ctrs))
+			for _, c := range ctrs {
+				listed[c.GetId()] = true
+			}
+			for _, c := range took {
+				if _, wasSynced := synced[c.GetId()]; !listed[c.GetId()] && !wasSynced {
+					fresh = append(fresh, c)
+				}
+			}
+		}
 		if p.coord.ActedBefore() {
 			// An instance of this plugin acted on this node before: these
 			// were created while none did (a catch-up).
@@ -283,7 +307,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if err != nil {
 			return fmt.Errorf("author Synchronize: %w", err)
 		}
-		updates = u
+		updates, tookHanded = u, true
 		handed = handed[:0]
 		for _, c := range fresh {
 			handed = append(handed, c.GetId())
@@ -294,6 +318,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
+	if len(took) != 0 && !tookHanded {
+		p.restoreMissed(took) // for this instance's next Synchronize as owner
+	}
 	if err == nil && role == hapi.Role_ROLE_OWNER && hasSync {
 		// Settled: the runtime applies the updates. Recorded, these
 		// containers are not handed to a later owner's author again.
@@ -302,7 +329,12 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			present[c.GetId()] = true
 		}
 		by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
-		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] }); rerr != nil {
+		// A container not listed is stopped or removed. With removals
+		// seen (noteRemoval), a stopped one stays recorded until its
+		// removal: dropped now, its removal would look like a missed
+		// creation and it would be handed again.
+		keepStopped := p.handles.IsSet(api.Event_REMOVE_CONTAINER)
+		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] || keepStopped }); rerr != nil {
 			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
 		}
 	}
@@ -347,6 +379,115 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		}()
 	}
 	return updates, nil
+}
+
+// noteMissedCreation is called for a later event (not CreateContainer or
+// RemoveContainer) of container c that this connection acts on. A
+// container without this plugin's stamp that no owner's author was handed
+// (it is not in the synced-unstamped record) was created while no
+// instance acted and was listed to none: created while the new owner
+// synchronized, between the runtime's listing and the append (containerd
+// issue 13698, cri-o issue 10090), it reached nobody. It is a missed
+// creation: the next catch-up hands it to the author as unprocessed, once
+// (see Synchronize). A stamped container costs one map lookup here.
+//
+// RemoveContainer has its own check (noteRemoval), which also drops the
+// container from the record.
+func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
+	p := a.p
+	if _, stamped := c.GetAnnotations()[p.stampKey]; stamped {
+		return
+	}
+	if _, ok := p.author.(stub.SynchronizeInterface); !ok {
+		return // nothing to hand it to
+	}
+	id := c.GetId()
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	if _, known := p.missed[id]; known {
+		return
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).WithField("container", id).Warn("cannot tell whether an unstamped container was synchronized before; not handing it")
+		return
+	}
+	if _, ok := synced[id]; ok {
+		p.missed[id] = nil
+		return
+	}
+	p.missed[id] = c
+	p.log.WithFields(logrus.Fields{"container": id, "event": event.String()}).
+		Warn("a container no instance processed at its creation (created while no instance was in the runtime's chain, listed to none): handing it to the author as unprocessed")
+	p.requestCatchUp()
+}
+
+// noteRemoval is called for a RemoveContainer this connection acts on. A
+// container without a stamp that was handed (in the synced-unstamped
+// record, or known here) is dropped from the record and from what this
+// instance knows: it is gone. One that was never handed is a missed
+// creation whose other events reached nobody (created and stopped while
+// no instance was in the chain, removed after an owner appended): it is
+// handed as noteMissedCreation does (and stays recorded).
+func (a *adapter) noteRemoval(c *api.Container) {
+	p := a.p
+	if _, stamped := c.GetAnnotations()[p.stampKey]; stamped {
+		return
+	}
+	if _, ok := p.author.(stub.SynchronizeInterface); !ok {
+		return
+	}
+	id := c.GetId()
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	if v, known := p.missed[id]; known && v != nil {
+		return // still to be handed
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).WithField("container", id).Warn("cannot tell whether a removed unstamped container was synchronized before")
+		return
+	}
+	_, known := p.missed[id]
+	if _, wasSynced := synced[id]; wasSynced || known {
+		delete(p.missed, id)
+		if wasSynced {
+			by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+			if err := p.dir.RecordSyncedUnstamped(nil, by, func(x string) bool { return x != id }); err != nil {
+				p.log.WithError(err).WithField("container", id).Warn("cannot drop a removed container from the synchronized record")
+			}
+		}
+		return
+	}
+	p.missed[id] = c
+	p.log.WithFields(logrus.Fields{"container": id, "event": evRemoveContainer.String()}).
+		Warn("a container no instance processed at its creation (created while no instance was in the runtime's chain, listed to none): handing it to the author as unprocessed")
+	p.requestCatchUp()
+}
+
+// takeMissed returns the missed creations still to be handed and marks
+// them handed.
+func (p *Plugin) takeMissed() []*api.Container {
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	var took []*api.Container
+	for id, c := range p.missed {
+		if c != nil {
+			took = append(took, c)
+			p.missed[id] = nil
+		}
+	}
+	return took
+}
+
+// restoreMissed puts missed creations taken by takeMissed back, when the
+// author's Synchronize did not get them.
+func (p *Plugin) restoreMissed(took []*api.Container) {
+	p.missedMu.Lock()
+	for _, c := range took {
+		p.missed[c.GetId()] = c
+	}
+	p.missedMu.Unlock()
 }
 
 // sign returns the stamp of a container this instance creates.
@@ -571,6 +712,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 	if !t.act {
 		return nil, nil
 	}
+	a.noteMissedCreation(evUpdateContainer, c)
 	return a.p.author.(stub.UpdateContainerInterface).UpdateContainer(ctx, pod, c, r)
 }
 
@@ -580,6 +722,7 @@ func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api
 	if !t.act {
 		return nil, nil
 	}
+	a.noteMissedCreation(evStopContainer, c)
 	return a.p.author.(stub.StopContainerInterface).StopContainer(ctx, pod, c)
 }
 
@@ -600,6 +743,18 @@ func (a *adapter) event(ctx context.Context, event eventKind, id string, call fu
 	if !t.act {
 		return nil
 	}
+	return call()
+}
+
+// containerEvent is event for a later event of container c: acted on, it
+// also notes a missed creation (noteMissedCreation).
+func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
+	t := a.begin(ctx, event, c.GetId())
+	defer t.end()
+	if !t.act {
+		return nil
+	}
+	a.noteMissedCreation(event, c)
 	return call()
 }
 
@@ -628,31 +783,32 @@ func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) err
 }
 
 func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(ctx, evStartContainer, c.GetId(), func() error {
+	return a.containerEvent(ctx, evStartContainer, c, func() error {
 		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(ctx, evPostCreateContainer, c.GetId(), func() error {
+	return a.containerEvent(ctx, evPostCreateContainer, c, func() error {
 		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(ctx, evPostStartContainer, c.GetId(), func() error {
+	return a.containerEvent(ctx, evPostStartContainer, c, func() error {
 		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(ctx, evPostUpdateContainer, c.GetId(), func() error {
+	return a.containerEvent(ctx, evPostUpdateContainer, c, func() error {
 		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
 	return a.event(ctx, evRemoveContainer, c.GetId(), func() error {
+		a.noteRemoval(c)
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
 }

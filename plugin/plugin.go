@@ -153,6 +153,14 @@ type Plugin struct {
 
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects, caughtUp atomic.Uint64
 
+	// missed holds, by id, the unstamped containers this instance acted
+	// on a later event of while no instance had processed them (see
+	// adapter.noteMissedCreation): a container still to be handed to the
+	// author (pending), or nil for one known processed (handed, or in the
+	// synced-unstamped record). Guarded by missedMu.
+	missedMu sync.Mutex
+	missed   map[string]*api.Container
+
 	closeOnce sync.Once
 
 	// The run: begin sets runCtx and cancel (once), finish sets runErr
@@ -233,6 +241,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		version: v,
 		resync:  make(chan string, 1),
 		catchUp: make(chan struct{}, 1),
+		missed:  map[string]*api.Container{},
 		done:    make(chan struct{}),
 		runtime: runtimeInfo{
 			registrationTimeout: stub.DefaultRegistrationTimeout, requestTimeout: stub.DefaultRequestTimeout,
@@ -637,7 +646,8 @@ func (p *Plugin) loop(configured chan struct{}) error {
 		p.log.WithField("addr", p.cfg.metricsAddr).Info("serving /metrics, /healthz, /readyz")
 		defer stop()
 	}
-	delay := backoff.New(50*time.Millisecond, 5*time.Second)
+	delay := backoff.New(reconnectMin, 5*time.Second)
+	var lastQuick time.Time // the last reconnect made at once after a working connection
 	for {
 		c, err := p.connect(ctx)
 		if err != nil {
@@ -664,6 +674,19 @@ func (p *Plugin) loop(configured chan struct{}) error {
 	serving:
 		switch p.serve(ctx, c) {
 		case stopped:
+			if p.catchUpPending() {
+				// Asked for before the stop: the containers it hands
+				// (some reached by a later event only, see
+				// noteMissedCreation) are known to this instance alone.
+				if next, err := p.catchUpNow(ctx, c); err != nil {
+					p.log.WithError(err).Warn("catch-up at stop: could not replace the runtime connection; the containers it would hand are not handed")
+				} else {
+					c = next
+				}
+			}
+			if p.Role() != handover.RoleOwner {
+				p.handMissedNow()
+			}
 			p.leave(c.closed)
 			if p.crashed() {
 				p.disconnect(c)
@@ -672,10 +695,13 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			}
 			return nil
 		case catchUp:
-			if next, err := p.replace(ctx, c, false); err != nil {
-				p.log.WithError(err).Warn("catch-up: could not replace the runtime connection")
+			if next, err := p.catchUpNow(ctx, c); err != nil {
+				p.log.WithError(err).Warn("could not replace the runtime connection")
 			} else {
 				c = next
+			}
+			if p.Role() != handover.RoleOwner {
+				p.handMissedNow() // yielded meanwhile
 			}
 			goto serving
 		case lost:
@@ -688,6 +714,13 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			select {
 			case <-c.synced: // that connection worked: start the backoff over
 				delay.Reset()
+				if now := time.Now(); now.Sub(lastQuick) >= quickReconnectEvery {
+					// At once: while no instance is in the runtime's chain,
+					// every event reaches nobody (a thawed owner's 50 ms
+					// wait was most of such a window in the demo).
+					lastQuick = now
+					continue
+				}
 			default:
 			}
 			if !delay.Wait(ctx) {
@@ -724,6 +757,120 @@ func (p *Plugin) loop(configured chan struct{}) error {
 		}
 	}
 }
+
+// catchUpNow replaces c to catch up (see replace). A stop does not cancel
+// it: a catch-up that was asked for goes on for up to the leave timeout
+// after ctx ends (the owner keeps acting meanwhile, as when it leaves).
+func (p *Plugin) catchUpNow(ctx context.Context, c *conn) (*conn, error) {
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() {
+		p.log.WithField("bound", p.cfg.leaveTimeout.String()).Info("stopping: the catch-up asked for goes on first")
+		time.AfterFunc(p.cfg.leaveTimeout, cancel)
+	})
+	defer stop()
+	next, err := p.replace(cctx, c, false)
+	if err != nil {
+		return nil, fmt.Errorf("catch-up: %w", err)
+	}
+	return next, nil
+}
+
+// catchUpPending reports whether this owner has a catch-up to make: one
+// was asked for and not made yet, or a missed creation is still to be
+// handed (see noteMissedCreation).
+func (p *Plugin) catchUpPending() bool {
+	if p.Role() != handover.RoleOwner {
+		return false
+	}
+	select {
+	case <-p.catchUp:
+		return true
+	default:
+	}
+	p.missedMu.Lock()
+	defer p.missedMu.Unlock()
+	for _, c := range p.missed {
+		if c != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// handMissedNow hands the author the missed creations still pending
+// (see noteMissedCreation) of an instance that is no longer owner: it
+// yielded before its catch-up's Synchronize, and no other instance knows
+// of them (a stopped container is listed by no Synchronize). Its author
+// gets no events any more, so this Synchronize runs alone; the updates
+// it returns go through UpdateContainers, and the synced-unstamped record
+// keeps the containers from being handed again.
+func (p *Plugin) handMissedNow() {
+	took := p.takeMissed()
+	if len(took) == 0 {
+		return
+	}
+	syncer, ok := p.author.(stub.SynchronizeInterface)
+	if !ok {
+		return
+	}
+	ids := make([]string, 0, len(took))
+	for _, c := range took {
+		ids = append(ids, c.GetId())
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
+	}
+	fresh := took[:0]
+	for _, c := range took {
+		if _, was := synced[c.GetId()]; !was {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	p.log.WithField("containers", ids).Warn("no longer owner before the catch-up: handing the missed creations only this instance saw to the author now")
+	rt := p.RequestTimeout()
+	if rt <= 0 {
+		rt = api.DefaultPluginRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), rt)
+	defer cancel()
+	updates, err := syncer.Synchronize(ctx, nil, fresh)
+	if err != nil {
+		p.log.WithError(err).Warn("author Synchronize of the missed creations failed; handing them again at this instance's next catch-up")
+		p.restoreMissed(fresh)
+		return
+	}
+	if p.coord.ActedBefore() {
+		p.caughtUp.Add(uint64(len(fresh)))
+	}
+	handed := make([]string, 0, len(fresh))
+	for _, c := range fresh {
+		handed = append(handed, c.GetId())
+	}
+	by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+	if err := p.dir.RecordSyncedUnstamped(handed, by, func(string) bool { return true }); err != nil {
+		p.log.WithError(err).Warn("cannot record the missed creations handed; a later owner may hand them again")
+	}
+	if len(updates) != 0 {
+		if _, err := p.UpdateContainers(updates); err != nil {
+			p.log.WithError(err).Warn("cannot apply the author's updates of the missed creations")
+		}
+	}
+}
+
+// reconnectMin is the first step of the backoff between connection
+// attempts (a variable for the package's tests).
+var reconnectMin = 50 * time.Millisecond
+
+// quickReconnectEvery spaces out the reconnects made at once after a
+// connection that had been synchronized: at most one per interval, the
+// others wait the backoff, so that a runtime that drops every connection
+// right after its Synchronize is not hammered.
+const quickReconnectEvery = time.Second
 
 // Close releases a Plugin whose Run or Start was never called: New
 // already serves the handover protocol and holds the handover directory.
@@ -765,6 +912,7 @@ func (p *Plugin) serve(ctx context.Context, c *conn) serveEnd {
 			return lost
 		case <-p.catchUp:
 			if p.Role() != handover.RoleOwner {
+				p.handMissedNow()
 				continue
 			}
 			return catchUp

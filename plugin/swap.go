@@ -43,8 +43,23 @@ const quietEvent = api.Event_POST_UPDATE_POD_SANDBOX
 // up). It returns the new connection once old is closed, or an error (old
 // is then still in use).
 func (p *Plugin) replace(ctx context.Context, old *conn, quiet bool) (*conn, error) {
+	if quiet {
+		return p.replaceAlso(ctx, old, nil)
+	}
+	return p.replaceWith(ctx, old, false, nil)
+}
+
+// replaceAlso is a quiet replace that also closes also (if not nil) from
+// inside the quiet connection's Synchronize.
+func (p *Plugin) replaceAlso(ctx context.Context, old, also *conn) (*conn, error) {
+	return p.replaceWith(ctx, old, true, also)
+}
+
+// replaceWith is replace; a quiet connection also closes also.
+func (p *Plugin) replaceWith(ctx context.Context, old *conn, quiet bool, also *conn) (*conn, error) {
 	c, err := p.connectWith(ctx, func(a *adapter) {
 		a.replaces = old
+		a.also = also
 		if quiet {
 			a.quiet = true
 			a.closed.Store(true) // acts on nothing, whatever the role
@@ -62,8 +77,19 @@ func (p *Plugin) replace(ctx context.Context, old *conn, quiet bool) (*conn, err
 	defer wait.Stop()
 	slow := time.NewTimer(p.registrationTimeout())
 	defer slow.Stop()
+	var stopping, syncedAtStop <-chan struct{} // see catchUpNow
+	if !quiet && p.runCtx != nil {
+		stopping = p.runCtx.Done()
+	}
 	for err == nil {
 		select {
+		case <-stopping:
+			// Stopping: the catch-up's work is done once the new
+			// connection's Synchronize has returned; the old one may
+			// still own the cut (closed at the stop, see stopQuietly).
+			stopping, syncedAtStop = nil, c.synced
+		case <-syncedAtStop:
+			return c, nil
 		case <-old.closed:
 			// Replaced; the new connection's Synchronize is returning.
 			select {
@@ -159,13 +185,22 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, quietSyncWait)
 	defer cancel()
-	q, err := p.replace(ctx, c, true)
+	// A connection c replaced but that still owned the cut (a catch-up
+	// made at the stop, see replace) is closed with c.
+	also := c.adapter.retiring.Swap(nil)
+	q, err := p.replaceAlso(ctx, c, also)
 	if err != nil {
 		p.log.WithError(err).Warn("could not close the runtime connection quietly; closing it plainly")
 		p.disconnect(c)
+		if also != nil {
+			p.disconnect(also)
+		}
 		return
 	}
 	p.disconnect(c)
+	if also != nil {
+		p.disconnect(also)
+	}
 	p.closeAfterAnswer(q)
 }
 

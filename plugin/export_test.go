@@ -1,0 +1,11 @@
+package plugin
+
+import "time"
+
+// SetReconnectMin sets the first step of the reconnect backoff until the
+// returned function restores it (for this package's external tests).
+func SetReconnectMin(d time.Duration) (restore func()) {
+	prev := reconnectMin
+	reconnectMin = d
+	return func() { reconnectMin = prev }
+}

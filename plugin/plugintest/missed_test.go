@@ -1,0 +1,196 @@
+package plugintest
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-handover/nri-handover/plugin"
+)
+
+// waitHanded waits until the node's catch-ups handed container id.
+func waitHanded(t *testing.T, n *Node, id string) {
+	t.Helper()
+	deadline := time.Now().Add(failAfter)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for _, cu := range n.CatchUps() {
+			if cu.ID == id {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container %s was never handed to an author (catch-ups %v)", id, n.CatchUps())
+		}
+		<-tick.C
+	}
+}
+
+// A container created while the only instance synchronizes (after the
+// runtime listed the containers for its Synchronize, before the append:
+// containerd issue 13698, cri-o issue 10090) reaches nobody and is listed
+// to nobody. The owner then acts on its StopContainer: that later event of
+// an unstamped container no instance processed is a missed creation, and
+// the owner hands it to the author as unprocessed, once (its removal
+// afterwards hands nothing more).
+func TestMissedCreationHandedOnce(t *testing.T) {
+	n := newNode(t, Config{Runtime: RuntimeOptions{Mode: ModeCRIO}})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	pod, err := rt.RunPod(ctx, "pod") // no instance yet: reaches nobody
+	if err != nil {
+		t.Fatal(err)
+	}
+	type made struct {
+		c   *api.Container
+		err error
+	}
+	late := make(chan made, 1)
+	var once sync.Once
+	rt.mu.Lock()
+	rt.afterSync = func() {
+		once.Do(func() {
+			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
+			late <- made{c, err}
+		})
+	}
+	rt.mu.Unlock()
+	start(t, n, "1.0.0")
+	var m made
+	select {
+	case m = <-late:
+	case <-ctx.Done():
+		t.Fatal("no container was created inside the sync callback")
+	}
+	if m.err != nil {
+		t.Fatal(m.err)
+	}
+	waitPlugins(t, rt, 1)
+	if err := rt.StopContainer(ctx, m.c.Id); err != nil {
+		t.Fatal(err)
+	}
+	waitHanded(t, n, m.c.Id)
+	if err := rt.RemoveContainer(ctx, m.c.Id); err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Unstamped != 1 || res.CaughtUp != 1 || res.UnprocessedCount != 0 || len(res.HandedTwice) != 0 {
+		t.Fatalf("unstamped %d, caught up %d, unprocessed %v, handed twice %v; want 1, 1, none, none",
+			res.Unstamped, res.CaughtUp, res.Unprocessed, res.HandedTwice)
+	}
+}
+
+// lines is an io.Writer of log lines that tells when one contains any of
+// some strings.
+type lines struct {
+	mu   sync.Mutex
+	text strings.Builder
+	ch   chan struct{} // closed and replaced at every write
+}
+
+func newLines() *lines { return &lines{ch: make(chan struct{})} }
+
+func (l *lines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.text.Write(b)
+	close(l.ch)
+	l.ch = make(chan struct{})
+	return len(b), nil
+}
+
+// wait waits until some line contains one of subs and returns it.
+func (l *lines) wait(t *testing.T, subs ...string) string {
+	t.Helper()
+	timeout := time.NewTimer(failAfter)
+	defer timeout.Stop()
+	for {
+		l.mu.Lock()
+		text, ch := l.text.String(), l.ch
+		l.mu.Unlock()
+		for _, s := range subs {
+			if strings.Contains(text, s) {
+				return s
+			}
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			t.Fatalf("no log line with any of %q", subs)
+		}
+	}
+}
+
+// A catch-up asked for is made also when the owner is asked to stop before
+// the runtime synchronized the catch-up's connection: here the runtime's
+// plugin sync is held (as containerd's CRI StopContainer holds it for a
+// grace period) from before the owner acts on the stop of a missed
+// creation until the stop of the instance has begun. It was cancelled
+// with the run ("catch-up: could not replace the runtime connection:
+// context canceled"), and the container, known to this instance alone,
+// was handed to nobody.
+func TestCatchUpAskedForIsMadeAtStop(t *testing.T) {
+	log := newLines()
+	n := newNode(t, Config{Runtime: RuntimeOptions{Mode: ModeCRIO}, Log: log})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	pod, err := rt.RunPod(ctx, "pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan *api.Container, 1)
+	var once sync.Once
+	rt.mu.Lock()
+	rt.afterSync = func() {
+		once.Do(func() {
+			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- c
+		})
+	}
+	rt.mu.Unlock()
+	in, err := n.Start("1.0.0", plugin.WithLeaveTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := <-late
+	if c == nil {
+		t.FailNow()
+	}
+	waitPlugins(t, rt, 1)
+	release := rt.HoldPluginSync()
+	defer release()
+	if err := rt.StopContainer(ctx, c.Id); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- in.Stop() }()
+	got := log.wait(t, "could not replace", "the catch-up asked for goes on first")
+	release()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("the instance did not stop")
+	}
+	for _, cu := range n.CatchUps() {
+		if cu.ID == c.Id {
+			return
+		}
+	}
+	t.Fatalf("container %s, whose creation reached nobody and whose stop the owner acted on, was handed to no author (log: %q)", c.Id, got)
+}
