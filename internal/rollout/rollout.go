@@ -518,19 +518,7 @@ func (r *runner) waitSettled(ctx context.Context, next *instance) (*instance, er
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		changed := make(chan struct{}, len(r.all))
-		stop := make(chan struct{})
-		for _, in := range r.all {
-			if in.Running() {
-				go func(ch <-chan struct{}) {
-					select {
-					case <-ch:
-						changed <- struct{}{}
-					case <-stop:
-					}
-				}(in.Plugin().RoleChanged())
-			}
-		}
+		changed, stop := r.roleChanges()
 		role := next.Plugin().Role()
 		if o := r.owner(); o != nil && (o == next || role != handover.RoleJoining && role != handover.RoleUnknown) {
 			if ready, _ := o.Plugin().Ready(); ready {
@@ -550,6 +538,25 @@ func (r *runner) waitSettled(ctx context.Context, next *instance) (*instance, er
 	}
 }
 
+// roleChanges returns a channel that receives once any running instance's
+// role changes; close stop when no longer waiting.
+func (r *runner) roleChanges() (changed chan struct{}, stop chan struct{}) {
+	changed = make(chan struct{}, len(r.all))
+	stop = make(chan struct{})
+	for _, in := range r.all {
+		if in.Running() {
+			go func(ch <-chan struct{}) {
+				select {
+				case <-ch:
+					changed <- struct{}{}
+				case <-stop:
+				}
+			}(in.Plugin().RoleChanged())
+		}
+	}
+	return changed, stop
+}
+
 // frozenEvents is how many events a frozen owner that the runtime does
 // not drop (it was not connected) lets pass before it is thawed.
 const frozenEvents = 200
@@ -560,19 +567,7 @@ func (r *runner) waitAnyOwner(ctx context.Context) (*instance, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		changed := make(chan struct{}, len(r.all))
-		stop := make(chan struct{})
-		for _, in := range r.all {
-			if in.Running() {
-				go func(ch <-chan struct{}) {
-					select {
-					case <-ch:
-						changed <- struct{}{}
-					case <-stop:
-					}
-				}(in.Plugin().RoleChanged())
-			}
-		}
+		changed, stop := r.roleChanges()
 		o := r.owner()
 		if o != nil {
 			close(stop)
