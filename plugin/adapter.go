@@ -241,11 +241,19 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		updates []*api.ContainerUpdate
 		older   []*StampedContainer
 		handed  []string // unstamped containers handed to the author
-		// took: the missed creations taken to hand (takeMissed);
-		// tookHanded: the author's Synchronize got them.
-		took       []*api.Container
+		// took: the missed creations taken to hand (takeMissed), before
+		// the claim so that ready only reads it.
+		took []*api.Container
+		// handMu guards tookHanded (the author's Synchronize returned
+		// with them) and abandoned (the claim returned: ready, which may
+		// still run after the claim gave up on it, hands nothing more).
+		handMu     sync.Mutex
 		tookHanded bool
+		abandoned  bool
 	)
+	if hasSync {
+		took = p.takeMissed()
+	}
 	// ready runs once this instance has claimed ownership. Every stamp is
 	// verified (a bad one is counted and logged); the lists are built only
 	// for the hooks the author has: with 10,000 containers they are what
@@ -284,7 +292,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if !hasSync {
 			return nil
 		}
-		if took = p.takeMissed(); len(took) != 0 {
+		if len(took) != 0 {
 			// Containers whose creation nobody processed, seen by a
 			// later event: handed now, unless listed (then handed
 			// above if still unprocessed) or synchronized meanwhile.
@@ -303,11 +311,20 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			// were created while none did (a catch-up).
 			p.caughtUp.Add(uint64(len(fresh)))
 		}
+		handMu.Lock()
+		late := abandoned
+		handMu.Unlock()
+		if late {
+			return errors.New("the claim gave up before the author's Synchronize")
+		}
 		u, err := syncer.Synchronize(ctx, pods, fresh)
 		if err != nil {
 			return fmt.Errorf("author Synchronize: %w", err)
 		}
-		updates, tookHanded = u, true
+		handMu.Lock()
+		tookHanded = true
+		handMu.Unlock()
+		updates = u
 		handed = handed[:0]
 		for _, c := range fresh {
 			handed = append(handed, c.GetId())
@@ -318,8 +335,15 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
-	if len(took) != 0 && !tookHanded {
-		p.restoreMissed(took) // for this instance's next Synchronize as owner
+	handMu.Lock()
+	abandoned = true
+	handedTook := tookHanded
+	handMu.Unlock()
+	if len(took) != 0 && !handedTook {
+		// For this instance's next Synchronize as owner. An author
+		// Synchronize still running after the claim gave up on it may
+		// have them too: handed again rather than lost.
+		p.restoreMissed(took)
 	}
 	if err == nil && role == hapi.Role_ROLE_OWNER && hasSync {
 		// Settled: the runtime applies the updates. Recorded, these
