@@ -576,7 +576,7 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id}).
 			Warn("the runtime gave up on this request before its handler started; not acting on it")
 	} else if !a.closed.Load() && a.tag != 0 {
-		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]))
+		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]), a.runtimeClosed)
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		a.closeRetiring(t.key)
 		if dec.InDoubt {
@@ -590,6 +590,21 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		p.skip(event, id, role)
 	}
 	return t
+}
+
+// runtimeClosed reports whether the runtime has closed this connection's
+// socket, also before the stub has read to its end (a handler may run
+// late, for a request read after the process was resumed). Asked by the
+// cut only before a takeover; false when the socket is unknown (an
+// author's dialer) or cannot be asked.
+func (a *adapter) runtimeClosed() bool {
+	if a.closed.Load() {
+		return true
+	}
+	if sock := a.self.socket.Load(); sock != nil {
+		return sock.peerGone()
+	}
+	return false
 }
 
 // inDoubt tells the author of an event in doubt (see InDoubtInterface).

@@ -36,7 +36,7 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 	}
 	// The runtime calls the connection for an event: it is in the chain
 	// and acts from now on.
-	if !p.coord.Decide(a.tag, 1, 1).Act {
+	if !p.coord.Decide(a.tag, 1, 1, nil).Act {
 		t.Fatal("the only instance's connection does not act on its first event")
 	}
 	a.Shutdown(context.Background())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"golang.org/x/sys/unix"
 )
 
 // A runtime connection is closed without the runtime ever seeing a request
@@ -328,6 +329,30 @@ func (w *watchedSocket) Read(b []byte) (int, error) {
 		w.once.Do(func() { close(w.peerClosed) })
 	}
 	return n, err
+}
+
+// peerGone reports whether the runtime has closed its side of the
+// socket, whether or not the stub has read everything before the end: a
+// unix socket reports the peer's close (POLLRDHUP) at once, with data
+// still queued. One poll(2) with no wait.
+func (w *watchedSocket) peerGone() bool {
+	select {
+	case <-w.peerClosed:
+		return true
+	default:
+	}
+	raw, err := w.UnixConn.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	_ = raw.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 && fds[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0 {
+			gone = true
+		}
+	})
+	return gone
 }
 
 // errSealed is what the stub's writes get once the runtime's request

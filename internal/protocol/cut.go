@@ -180,6 +180,15 @@ type caller struct {
 	// the releaser: so the releaser takes the register back for an event
 	// nobody took (rule 5) and gives it up again once its handler is done.
 	releaser bool
+	// gone, if set, reports whether the runtime has already closed this
+	// connection: asked only before a takeover (rules 3 to 5). A handler
+	// that runs late, for a request the runtime had sent before it gave
+	// up on a stopped process and closed the connection, is no call of the
+	// runtime's now: rules 3 to 5 read the register as the runtime's call
+	// order, so such a handler must not take over (it would act next to
+	// the connection that is really called; seen in the fault matrix, an
+	// old owner thawed after its requests timed out).
+	gone func() bool
 }
 
 // sighting is what a connection that neither owns nor inherits the
@@ -279,6 +288,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
 			released := (me.mayTakeOver || me.releaser) && w.owner == 0 && w.heir == 0
+			if released && me.gone != nil && me.gone() {
+				return dec // a late handler of a closed connection
+			}
 			if released {
 				// 5: nobody owns the register and nobody claims it (an
 				// owner that left gave it up with no successor seen).
@@ -320,6 +332,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 					}
 				}
 				return dec
+			}
+			if me.gone != nil && me.gone() {
+				return dec // a late handler of a closed connection
 			}
 			dec.took = true
 		}

@@ -763,3 +763,42 @@ func TestCutStandbyCalledInsteadOfTheOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestCutLateHandlerOfAClosedConnectionTakesNothing: a stopped process's
+// handler runs late, for a request the runtime sent before it gave up on
+// the process and closed its connection, while the owner is inside its
+// handler for a later event. Rules 3 and 5 read such a call as the
+// runtime's and would take over: it must not (the fault matrix's
+// old_owner_hung_at_yield-received acted twice on a StartContainer this
+// way). A live connection in the same state still takes over.
+func TestCutLateHandlerOfAClosedConnectionTakesNothing(t *testing.T) {
+	const kind = 1 << 3
+	gone := func() bool { return true }
+	alive := func() bool { return false }
+	for _, c := range []struct {
+		name     string
+		gone     func() bool
+		wantTake bool
+	}{{"closed", gone, false}, {"open", alive, true}, {"unknown", nil, true}} {
+		// Rule 3: the owner is inside its handler for event 2; the late
+		// call is for event 1.
+		d, owner, standby := newCutForTest(t, kind)
+		if dec := d.decide(owner, 2, kind, caller{events: kind}); !dec.Act {
+			t.Fatalf("%s: the owner did not act: %+v", c.name, dec)
+		}
+		dec := d.decide(standby, 1, kind, caller{mayTakeOver: true, events: kind, gone: c.gone})
+		if dec.Promoted != c.wantTake || dec.Act != c.wantTake {
+			t.Errorf("%s, rule 3: promoted %v, acted %v; want %v", c.name, dec.Promoted, dec.Act, c.wantTake)
+		}
+		if w, _, _ := d.readCut(); (w.owner == standby) != c.wantTake {
+			t.Errorf("%s, rule 3: the register's owner is %d (standby %d)", c.name, w.owner, standby)
+		}
+		// Rule 5: the register released.
+		d, owner, standby = newCutForTest(t, kind)
+		release(d, owner)
+		dec = d.decide(standby, 1, kind, caller{mayTakeOver: true, events: kind, gone: c.gone})
+		if dec.Promoted != c.wantTake {
+			t.Errorf("%s, rule 5: promoted %v, want %v", c.name, dec.Promoted, c.wantTake)
+		}
+	}
+}

@@ -88,13 +88,15 @@ func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(cont
 
 // Decide runs the cut for one event at connection tag (see Dir.decide);
 // call it between Enter and Exit. kind is the event's bit (1<<event kind).
-func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64) Decision {
+// gone, if not nil, reports whether the runtime has already closed the
+// connection; it is asked only before a takeover (caller.gone).
+func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bool) Decision {
 	if c.cfg.Dir.LayoutErr() != nil {
 		return Decision{} // a page it does not speak: it never acts (see ErrPageLayout)
 	}
 	c.mu.Lock()
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag}
+		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag, gone: gone}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken

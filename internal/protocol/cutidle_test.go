@@ -70,17 +70,17 @@ func TestCutIdleHeirHeldAfterAnUnseenFirstCall(t *testing.T) {
 			d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner, heir: heir, quiet: true}; return true })
 			d.setOwnerEvents(owner, kind)
 			d.setHeirEvents(kind)
-			if !c.Decide(owner, 1, kind).Act { // event 0, the heir not yet appended
+			if !c.Decide(owner, 1, kind, nil).Act { // event 0, the heir not yet appended
 				t.Fatal("event 0: the owner did not act")
 			}
 			c.Finish(owner, 1)
 			if tc.ownerAlive { // event 1, key 1 again: the owner first
-				if !c.Decide(owner, 1, kind).Act {
+				if !c.Decide(owner, 1, kind, nil).Act {
 					t.Fatal("event 1: the owner did not act")
 				}
 				c.Finish(owner, 1)
 			}
-			if c.Decide(heir, 1, kind).Act { // the heir's first call: rule 1 skips it
+			if c.Decide(heir, 1, kind, nil).Act { // the heir's first call: rule 1 skips it
 				t.Fatal("event 1: the heir acted on the owner's last key")
 			}
 			done := make(chan bool, 1)
@@ -95,11 +95,11 @@ func TestCutIdleHeirHeldAfterAnUnseenFirstCall(t *testing.T) {
 				}
 				// Event 2 (another key), the idle rule held off.
 				if tc.ownerAlive {
-					if dec := c.Decide(owner, 2, kind); dec.Act || !dec.HandedOver {
+					if dec := c.Decide(owner, 2, kind, nil); dec.Act || !dec.HandedOver {
 						t.Fatalf("event 2: the owner did not hand over: %+v", dec)
 					}
 				}
-				dec := c.Decide(heir, 2, kind)
+				dec := c.Decide(heir, 2, kind, nil)
 				close(resume)
 				if !dec.Act || dec.Overrun == tc.ownerAlive {
 					t.Fatalf("event 2: the heir acted %v, declared event 1 %v; want acting, declaring %v: %+v", dec.Act, dec.Overrun, !tc.ownerAlive, dec)
@@ -111,7 +111,7 @@ func TestCutIdleHeirHeldAfterAnUnseenFirstCall(t *testing.T) {
 				if !<-done {
 					t.Fatal("PromoteWhenIdle: no promotion after the hold")
 				}
-				if dec := c.Decide(heir, 2, kind); !dec.Act || dec.Overrun || dec.InDoubt {
+				if dec := c.Decide(heir, 2, kind, nil); !dec.Act || dec.Overrun || dec.InDoubt {
 					t.Fatalf("event 2 after the idle promotion: %+v", dec)
 				}
 			}

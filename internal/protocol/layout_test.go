@@ -62,7 +62,7 @@ func TestForeignPageLayoutTakesNoPart(t *testing.T) {
 	if r, err := old.ClaimConn(context.Background(), oldTag, nil); r != api.Role_ROLE_OWNER {
 		t.Fatalf("old: role %s (%v), want owner", RoleName(r), err)
 	}
-	if d := old.Decide(oldTag, EventKey(2, "c1"), 1<<2); !d.Act {
+	if d := old.Decide(oldTag, EventKey(2, "c1"), 1<<2, nil); !d.Act {
 		t.Fatalf("old owner does not act: %+v", d)
 	}
 	old.Finish(oldTag, EventKey(2, "c1"))
@@ -83,13 +83,13 @@ func TestForeignPageLayoutTakesNoPart(t *testing.T) {
 	if ok, why := nw.Ready(); ok || !strings.Contains(why, "layout") {
 		t.Fatalf("new: Ready = %v, %q; want not ready, saying why (layout)", ok, why)
 	}
-	if d := nw.Decide(tag, EventKey(2, "c2"), 1<<2); d.Act || d.Promoted {
+	if d := nw.Decide(tag, EventKey(2, "c2"), 1<<2, nil); d.Act || d.Promoted {
 		t.Fatalf("new acts on a foreign page: %+v", d)
 	}
 	if r := old.Status().Role; r != api.Role_ROLE_OWNER {
 		t.Fatalf("old: role %s, want owner (the failed upgrade changes nothing)", RoleName(r))
 	}
-	if d := old.Decide(oldTag, EventKey(2, "c2"), 1<<2); !d.Act {
+	if d := old.Decide(oldTag, EventKey(2, "c2"), 1<<2, nil); !d.Act {
 		t.Fatalf("old owner stopped acting: %+v", d)
 	}
 	old.Finish(oldTag, EventKey(2, "c2"))
