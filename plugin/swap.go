@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -82,8 +83,21 @@ func (p *Plugin) replaceWith(ctx context.Context, old *conn, quiet bool, also *c
 	if !quiet && p.runCtx != nil {
 		stopping = p.runCtx.Done()
 	}
+	registered := time.Now() // the stub's Start returns once the runtime configured c
+	var queued <-chan time.Time
+	if !quiet {
+		t := time.NewTimer(queuedAfter)
+		defer t.Stop()
+		queued = t.C
+	}
 	for err == nil {
 		select {
+		case <-queued:
+			// Registered, not synchronized: the runtime holds c's
+			// Synchronize back. A leaving owner may be what it waits
+			// for (see protocol's TakeOverQueued): ask it to yield now.
+			queued = nil
+			go p.takeOverQueued(c, registered)
 		case <-stopping:
 			// Stopping: the catch-up's work is done once the new
 			// connection's Synchronize has returned; the old one may
@@ -128,6 +142,34 @@ func (p *Plugin) replaceWith(ctx context.Context, old *conn, quiet bool, also *c
 // stops, stalling the node's CRI calls once more.
 const replaceWait = 2 * time.Minute
 
+// queuedAfter is how long a replacement connection that the runtime has
+// registered waits for its Synchronize before this instance tells a
+// leaving owner that it is queued (see takeOverQueued). The runtime
+// synchronizes a connection right after registering it unless a CRI call
+// holds its plugin-sync block; the owner then yields and exits without
+// waiting for a claim that may need its exit first. Shorter is less of a
+// CRI stall on the node; long enough that a runtime that is merely slow
+// still synchronizes first and the handover is the usual fenced one.
+const queuedAfter = 250 * time.Millisecond
+
+// takeOverQueued tells a leaving owner, if there is one, that c has waited
+// since registered for its Synchronize: see queuedAfter. c may have been
+// synchronized meanwhile (the coordinator then finds the claim begun or
+// made, and does nothing).
+func (p *Plugin) takeOverQueued(c *conn, registered time.Time) {
+	select {
+	case <-c.synced:
+		return
+	case <-c.closed:
+		return
+	default:
+	}
+	if p.coord.TakeOverQueued(context.Background(), c.adapter.tag, time.Since(registered)) {
+		p.log.WithField("waited", time.Since(registered).Round(time.Millisecond).String()).Info(
+			"owner: the leaving owner yielded while the runtime holds this instance's new connection back; the connection in the runtime's chain acts until the new one is synchronized")
+	}
+}
+
 // keepServing makes old, still open after a replacement failed, the
 // connection the plugin's own calls (UpdateContainers, readiness) use
 // again: connectWith made the replacement that connection, and its
@@ -166,7 +208,10 @@ func (p *Plugin) registrationTimeout() time.Duration { return 2 * api.DefaultPlu
 // stopQuietly closes c so that the runtime sees no request fail: from
 // inside the Synchronize of a quiet connection q, which it then closes
 // behind q's answer (closeAfterAnswer). If that cannot be done, c is
-// closed plainly. When it returns, the process may exit.
+// closed plainly. After a yield to a successor whose connection the
+// runtime holds back (the coordinator's YieldedToQueued) no quiet
+// connection is tried: c is closed once its requests are answered
+// (closeAnswered). When it returns, the process may exit.
 //
 // That is what keeps c out of the runtime's chain: the runtime marks c
 // closed inside q's Synchronize, but drops closed plugins from its chain
@@ -184,11 +229,26 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 		return
 	default:
 	}
-	ctx, cancel := context.WithTimeout(ctx, quietSyncWait)
-	defer cancel()
 	// A connection c replaced but that still owned the cut (a catch-up
 	// made at the stop, see replace) is closed with c.
 	also := c.adapter.retiring.Swap(nil)
+	if p.coord.YieldedToQueued() {
+		// The successor's new connection is queued at the runtime ahead of
+		// any quiet one (containerd registers one connection at a time and
+		// the next only after the previous is synchronized), and its
+		// synchronization may wait for this very process to exit (its
+		// pod's CRI StopContainer): a quiet stop could only wait
+		// quietSyncWait in vain. While a synchronization is queued, no CRI
+		// call sends the plugins an event, so a plain close disturbs none.
+		p.log.Info("stopping: the successor's runtime connection is queued; closing this one without a quiet connection")
+		p.closeAnswered(c)
+		if also != nil {
+			p.closeAnswered(also)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, quietSyncWait)
+	defer cancel()
 	q, err := p.replaceAlso(ctx, c, also)
 	if err != nil {
 		p.log.WithError(err).Warn("could not close the runtime connection quietly; closing it plainly")
@@ -203,6 +263,29 @@ func (p *Plugin) stopQuietly(ctx context.Context, c *conn) {
 		p.disconnect(also)
 	}
 	p.closeAfterAnswer(q)
+}
+
+// closeAnswered closes c outside any Synchronize once the stub has
+// answered every request of the runtime's it has read: an answer of a
+// handler that acted (a stamp, an adjustment) is never cut off. c acts on
+// nothing from the start, so a request that arrives while it waits, or
+// that the close cuts off (the runtime then logs "closing plugin ...";
+// containerd sends none while a synchronization is queued but its
+// task-exit StopContainer), loses nothing. The runtime ends c from its
+// request client (endAtRuntime), as closeQuietly does, so that it marks c
+// closed before the socket ends.
+func (p *Plugin) closeAnswered(c *conn) {
+	c.adapter.closed.Store(true)
+	if sock := c.socket.Load(); sock != nil {
+		if err := sock.awaitAnswered(quietCloseWait); err != nil {
+			p.log.WithError(err).Warn("closing a runtime connection with a request unanswered")
+		}
+		if err := sock.endAtRuntime(0, quietCloseWait); err != nil {
+			p.log.WithError(err).Warn("the runtime did not end a connection from its request client; closing it at the socket")
+			sock.closeAtSocket(quietCloseWait, closeSettle)
+		}
+	}
+	p.disconnect(c)
 }
 
 // closeAfterAnswer closes the quiet connection q once the runtime has had
@@ -307,6 +390,13 @@ type watchedSocket struct {
 	framer   muxFramer     // the stub's frames written so far
 	boundary chan struct{} // closed at the end of the stub's frame in progress
 	sealed   bool          // the runtime's client was ended: write nothing more
+
+	// in follows what the runtime writes (read by the multiplexer's one
+	// reader goroutine only); requests and answers count the runtime's
+	// requests read and the stub's answers written on the plugin
+	// service's stream (see unanswered).
+	in                muxFramer
+	requests, answers atomic.Uint64
 }
 
 // pluginFrames returns how many frames the stub has written on the plugin
@@ -319,16 +409,52 @@ func (w *watchedSocket) pluginFrames() uint64 {
 
 // newWatchedSocket watches conn.
 func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
-	return &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{}), sem: make(chan struct{}, 1)}
+	w := &watchedSocket{UnixConn: conn, peerClosed: make(chan struct{}), sem: make(chan struct{}, 1)}
+	w.in.msgs = ttrpcCounter{count: func(typ byte) {
+		if typ == ttrpcRequest {
+			w.requests.Add(1)
+		}
+	}}
+	w.framer.msgs = ttrpcCounter{count: func(typ byte) {
+		if typ == ttrpcResponse {
+			w.answers.Add(1)
+		}
+	}}
+	return w
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
 func (w *watchedSocket) Read(b []byte) (int, error) {
 	n, err := w.UnixConn.Read(b)
+	if n > 0 {
+		w.in.feed(b[:n])
+	}
 	if err != nil {
 		w.once.Do(func() { close(w.peerClosed) })
 	}
 	return n, err
+}
+
+// unanswered returns how many of the runtime's requests the stub has read
+// and not yet answered (the answer fully written).
+func (w *watchedSocket) unanswered() int64 {
+	return int64(w.requests.Load()) - int64(w.answers.Load())
+}
+
+// awaitAnswered waits, up to timeout, until the stub has answered every
+// request of the runtime's that it has read: the answers of handlers that
+// have returned are written before the connection is closed.
+func (w *watchedSocket) awaitAnswered(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if w.unanswered() <= 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d requests of the runtime unanswered after %v", w.unanswered(), timeout)
+		}
+		time.Sleep(time.Millisecond) // a poll's pause, not a deadline
+	}
 }
 
 // peerGone reports whether the runtime has closed its side of the
@@ -475,10 +601,11 @@ const (
 // muxFramer follows the multiplexer's frames through a stream of writes.
 type muxFramer struct {
 	hdr    [muxHeaderLen]byte
-	n      int    // header bytes seen of the frame in progress
-	left   uint32 // payload bytes still to come
-	id     uint32 // the stream of the frame in progress
-	plugin uint64 // frames completed on the plugin service's stream
+	n      int          // header bytes seen of the frame in progress
+	left   uint32       // payload bytes still to come
+	id     uint32       // the stream of the frame in progress
+	plugin uint64       // frames completed on the plugin service's stream
+	msgs   ttrpcCounter // the plugin service's stream's messages
 }
 
 // feed takes the bytes written next and reports whether they end at a
@@ -487,6 +614,9 @@ func (f *muxFramer) feed(b []byte) bool {
 	for len(b) > 0 {
 		if f.left > 0 {
 			k := min(uint32(len(b)), f.left)
+			if f.id == muxPluginService {
+				f.msgs.feed(b[:k])
+			}
 			f.left -= k
 			b = b[k:]
 			f.ended()
@@ -513,6 +643,46 @@ func (f *muxFramer) ended() {
 
 // atBoundary reports whether no frame is in progress.
 func (f *muxFramer) atBoundary() bool { return f.n == 0 && f.left == 0 }
+
+// ttrpc's message header (github.com/containerd/ttrpc, channel.go): the
+// payload's length, the stream id, the message type and flags, then the
+// payload.
+const (
+	ttrpcHeaderLen = 10
+	ttrpcRequest   = 1
+	ttrpcResponse  = 2
+)
+
+// ttrpcCounter follows ttrpc messages through the bytes of one stream,
+// however they are split, and tells count each message's type once its
+// header is complete. A zero counter counts nothing.
+type ttrpcCounter struct {
+	hdr   [ttrpcHeaderLen]byte
+	n     int    // header bytes seen of the message in progress
+	left  uint32 // payload bytes still to come
+	count func(typ byte)
+}
+
+func (t *ttrpcCounter) feed(b []byte) {
+	if t.count == nil {
+		return
+	}
+	for len(b) > 0 {
+		if t.left > 0 {
+			k := min(uint32(len(b)), t.left)
+			t.left -= k
+			b = b[k:]
+			continue
+		}
+		k := copy(t.hdr[t.n:], b)
+		t.n += k
+		b = b[k:]
+		if t.n == ttrpcHeaderLen {
+			t.n, t.left = 0, binary.BigEndian.Uint32(t.hdr[0:4])
+			t.count(t.hdr[8])
+		}
+	}
+}
 
 // closeSettle is how long the fallback (closeAtSocket) keeps the runtime
 // waiting for its request client to mark a closed connection closed: a

@@ -372,3 +372,70 @@ func TestEndFrameWaitsForTheStubsFrame(t *testing.T) {
 		t.Fatalf("the runtime read %d bytes, want the stub's frame then the end frame (%d bytes)", len(b), len(want))
 	}
 }
+
+// TestAnswersCountedThroughTheMultiplexer: the socket counts the runtime's
+// requests read and the stub's answers written on the plugin service's
+// stream, by ttrpc message, whatever the multiplexer's frames and the
+// socket's reads and writes split, and not the messages of the other
+// stream: closeAnswered closes a connection only with every request read
+// answered.
+func TestAnswersCountedThroughTheMultiplexer(t *testing.T) {
+	msg := func(typ byte, payload int) []byte {
+		b := make([]byte, ttrpcHeaderLen+payload)
+		binary.BigEndian.PutUint32(b[0:4], uint32(payload))
+		binary.BigEndian.PutUint32(b[4:8], 1)
+		b[8] = typ
+		return b
+	}
+	frames := func(id uint32, stream []byte, max int) []byte {
+		var out []byte
+		for len(stream) > 0 {
+			k := min(max, len(stream))
+			h := make([]byte, muxHeaderLen)
+			binary.BigEndian.PutUint32(h[0:4], id)
+			binary.BigEndian.PutUint32(h[4:8], uint32(k))
+			out = append(append(out, h...), stream[:k]...)
+			stream = stream[k:]
+		}
+		return out
+	}
+	var reqs, other []byte
+	for _, n := range []int{0, 7, 3000, 70000} {
+		reqs = append(reqs, msg(ttrpcRequest, n)...)
+		other = append(other, msg(ttrpcRequest, n)...)
+	}
+	// The plugin service's requests in frames of up to 4 KiB, interleaved
+	// with another stream's; fed in pieces of every size from 1 to 13 bytes.
+	var in []byte
+	a, b := frames(muxPluginService, reqs, 4096), frames(2, other, 1000)
+	for len(a)+len(b) > 0 {
+		k := min(len(a), 4096+muxHeaderLen)
+		in, a = append(in, a[:k]...), a[k:]
+		k = min(len(b), 1000+muxHeaderLen)
+		in, b = append(in, b[:k]...), b[k:]
+	}
+	w := newWatchedSocket(nil)
+	for i, step := 0, 1; i < len(in); step = step%13 + 1 {
+		k := min(step, len(in)-i)
+		w.in.feed(in[i : i+k])
+		i += k
+	}
+	if got := w.requests.Load(); got != 4 {
+		t.Fatalf("%d requests counted, want 4", got)
+	}
+	if got := w.unanswered(); got != 4 {
+		t.Fatalf("%d unanswered, want 4", got)
+	}
+	answers := frames(muxPluginService, append(msg(ttrpcResponse, 5), msg(ttrpcResponse, 9000)...), 4096)
+	w.framer.feed(answers)
+	if got := w.unanswered(); got != 2 {
+		t.Fatalf("%d unanswered after two answers, want 2", got)
+	}
+	if err := w.awaitAnswered(10 * time.Millisecond); err == nil {
+		t.Fatal("awaitAnswered returned with two requests unanswered")
+	}
+	w.framer.feed(frames(muxPluginService, append(msg(ttrpcResponse, 1), msg(ttrpcResponse, 2)...), 4096))
+	if err := w.awaitAnswered(time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

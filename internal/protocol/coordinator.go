@@ -119,6 +119,10 @@ const (
 	OutcomeDeclined   Outcome = "declined"    // this instance refused a taker
 	OutcomePromoted   Outcome = "promoted"    // became owner after the owner vanished
 	OutcomeNotReady   Outcome = "not-ready"   // claimed, but ready (the author's Synchronize) failed: given back
+	// OutcomeYieldedQueued: this leaving owner yielded, outside any
+	// Synchronize, to an instance whose new runtime connection the runtime
+	// has queued (see Coordinator.TakeOverQueued).
+	OutcomeYieldedQueued Outcome = "yielded-queued"
 )
 
 func (c *Coordinator) report(o Outcome, since time.Time) {
@@ -886,6 +890,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	c.epoch = epoch
 	c.successor = nil
 	c.pending = false
+	c.successorLeaving = false // it was this instance's successor's; an owner has none
 	if from != nil {
 		c.lastHandover = &api.HandoverRecord{
 			FromId: from.Id, FromVersion: from.Version, ToId: c.self.Id, ToVersion: c.self.Version,
@@ -1528,4 +1533,8 @@ func (s *service) Yield(ctx context.Context, req *api.YieldRequest) (*api.YieldR
 
 func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchResponse, error) {
 	return s.c.watch(ctx, req)
+}
+
+func (s *service) Queued(ctx context.Context, req *api.QueuedRequest) (*api.QueuedResponse, error) {
+	return s.c.queued(ctx, req), nil
 }

@@ -11,7 +11,9 @@
 //     retired), claims made inside the runtime's Synchronize, Yield and
 //     Watch over each instance's unix socket, the owner name and epochs in
 //     the plugin's handover directory (dir.go), take-back and promotion
-//     when an instance dies or hangs, and the policies (policy.go).
+//     when an instance dies or hangs, a leaving owner's yield to a
+//     successor whose new connection the runtime holds back (queued.go),
+//     and the policies (policy.go).
 //   - The data plane (cut.go, cutconn.go): a 64-bit register in a page
 //     every instance maps, changed by compare-and-swap, which decides for
 //     every event which runtime connection acts. A connection keeps acting
@@ -30,7 +32,15 @@
 //   - a newcomer whose Synchronize fails, hangs or is refused changes
 //     nothing: the owner never stops acting;
 //   - a stopping owner acts until its successor acts (up to the leave
-//     timeout) and disconnects only when no request to it is in flight.
+//     timeout) and disconnects only when no request to it is in flight;
+//     if the runtime holds its successor's new connection back until the
+//     owner exits (containerd issue 14083: the owner's own CRI stop), the
+//     owner yields to the successor's connection in the chain at once and
+//     disconnects once every request it has read is answered, without a
+//     quiet connection: a request the runtime sends it meanwhile (only
+//     containerd's task-exit StopContainer, or the event of a CRI call
+//     begun before the successor registered) may fail with "closing
+//     plugin", acted on by the successor all the same.
 //
 // # What is not guaranteed
 //

@@ -85,16 +85,16 @@ var legal = map[api.Role]map[api.Role]string{
 		api.Role_ROLE_RETIRED: "stopped (Leave)",
 	},
 	api.Role_ROLE_STANDBY: {
-		api.Role_ROLE_OWNER:   "its claim in a new Synchronize succeeded, or the owner vanished (promotion)",
+		api.Role_ROLE_OWNER:   "its claim in a new Synchronize succeeded, or the owner vanished (promotion), or the leaving owner yielded to it while the runtime held its new connection's Synchronize back (queued)",
 		api.Role_ROLE_RETIRED: "stopped (Leave)",
 	},
 	api.Role_ROLE_OWNER: {
-		api.Role_ROLE_RETIRED: "yielded to a taker, found the owner name taken by another instance (superseded), or stopped",
+		api.Role_ROLE_RETIRED: "yielded to a taker (in the taker's Synchronize, or, leaving, to one whose new connection the runtime holds back: queued), found the owner name taken by another instance (superseded), or stopped",
 		api.Role_ROLE_STANDBY: "claimed in this Synchronize but was not ready: gave ownership back",
 		api.Role_ROLE_JOINING: "claimed again (reconnected) after another instance took the owner name: claims as a newcomer",
 	},
 	api.Role_ROLE_RETIRED: {
-		api.Role_ROLE_OWNER:   "its successor vanished or did not finish its claim in time (take-back)",
+		api.Role_ROLE_OWNER:   "its successor vanished or did not finish its claim in time (take-back), or its leaving successor yielded back to it while the runtime held its new connection's Synchronize back (queued)",
 		api.Role_ROLE_JOINING: "its successor is leaving: claims back as a newcomer",
 		api.Role_ROLE_STANDBY: "a claim of its own ended not owner after it retired meanwhile (it yielded while its ready ran, or Leave ran)",
 	},

@@ -676,6 +676,129 @@ func (x *WatchResponse) GetClaiming() bool {
 	return false
 }
 
+type QueuedRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Taker *Instance              `protobuf:"bytes,1,opt,name=taker,proto3" json:"taker,omitempty"`
+	// How long the caller's new connection has waited for its Synchronize
+	// since the runtime registered it (nanoseconds), for the log.
+	WaitedNano    int64 `protobuf:"varint,2,opt,name=waited_nano,json=waitedNano,proto3" json:"waited_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedRequest) Reset() {
+	*x = QueuedRequest{}
+	mi := &file_handover_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedRequest) ProtoMessage() {}
+
+func (x *QueuedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_handover_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedRequest.ProtoReflect.Descriptor instead.
+func (*QueuedRequest) Descriptor() ([]byte, []int) {
+	return file_handover_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *QueuedRequest) GetTaker() *Instance {
+	if x != nil {
+		return x.Taker
+	}
+	return nil
+}
+
+func (x *QueuedRequest) GetWaitedNano() int64 {
+	if x != nil {
+		return x.WaitedNano
+	}
+	return 0
+}
+
+type QueuedResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Accepted bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Reason   string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The epoch the taker owns from, when accepted.
+	Epoch         uint64    `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Owner         *Instance `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuedResponse) Reset() {
+	*x = QueuedResponse{}
+	mi := &file_handover_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuedResponse) ProtoMessage() {}
+
+func (x *QueuedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_handover_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuedResponse.ProtoReflect.Descriptor instead.
+func (*QueuedResponse) Descriptor() ([]byte, []int) {
+	return file_handover_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *QueuedResponse) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *QueuedResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *QueuedResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *QueuedResponse) GetOwner() *Instance {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
 var File_handover_proto protoreflect.FileDescriptor
 
 const file_handover_proto_rawDesc = "" +
@@ -725,18 +848,28 @@ const file_handover_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x18\n" +
 	"\aleaving\x18\x03 \x01(\bR\aleaving\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1a\n" +
-	"\bclaiming\x18\x05 \x01(\bR\bclaiming*b\n" +
+	"\bclaiming\x18\x05 \x01(\bR\bclaiming\"`\n" +
+	"\rQueuedRequest\x12.\n" +
+	"\x05taker\x18\x01 \x01(\v2\x18.nrihandover.v1.InstanceR\x05taker\x12\x1f\n" +
+	"\vwaited_nano\x18\x02 \x01(\x03R\n" +
+	"waitedNano\"\x8a\x01\n" +
+	"\x0eQueuedResponse\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12.\n" +
+	"\x05owner\x18\x04 \x01(\v2\x18.nrihandover.v1.InstanceR\x05owner*b\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fROLE_JOINING\x10\x01\x12\x0e\n" +
 	"\n" +
 	"ROLE_OWNER\x10\x02\x12\x10\n" +
 	"\fROLE_STANDBY\x10\x03\x12\x10\n" +
-	"\fROLE_RETIRED\x10\x042\xdf\x01\n" +
+	"\fROLE_RETIRED\x10\x042\xa8\x02\n" +
 	"\bHandover\x12G\n" +
 	"\x06Status\x12\x1d.nrihandover.v1.StatusRequest\x1a\x1e.nrihandover.v1.StatusResponse\x12D\n" +
 	"\x05Yield\x12\x1c.nrihandover.v1.YieldRequest\x1a\x1d.nrihandover.v1.YieldResponse\x12D\n" +
-	"\x05Watch\x12\x1c.nrihandover.v1.WatchRequest\x1a\x1d.nrihandover.v1.WatchResponseB@Z>github.com/nri-handover/nri-handover/internal/protocol/api;apib\x06proto3"
+	"\x05Watch\x12\x1c.nrihandover.v1.WatchRequest\x1a\x1d.nrihandover.v1.WatchResponse\x12G\n" +
+	"\x06Queued\x12\x1d.nrihandover.v1.QueuedRequest\x1a\x1e.nrihandover.v1.QueuedResponseB@Z>github.com/nri-handover/nri-handover/internal/protocol/api;apib\x06proto3"
 
 var (
 	file_handover_proto_rawDescOnce sync.Once
@@ -751,7 +884,7 @@ func file_handover_proto_rawDescGZIP() []byte {
 }
 
 var file_handover_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_handover_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_handover_proto_goTypes = []any{
 	(Role)(0),              // 0: nrihandover.v1.Role
 	(*Instance)(nil),       // 1: nrihandover.v1.Instance
@@ -762,6 +895,8 @@ var file_handover_proto_goTypes = []any{
 	(*YieldResponse)(nil),  // 6: nrihandover.v1.YieldResponse
 	(*WatchRequest)(nil),   // 7: nrihandover.v1.WatchRequest
 	(*WatchResponse)(nil),  // 8: nrihandover.v1.WatchResponse
+	(*QueuedRequest)(nil),  // 9: nrihandover.v1.QueuedRequest
+	(*QueuedResponse)(nil), // 10: nrihandover.v1.QueuedResponse
 }
 var file_handover_proto_depIdxs = []int32{
 	1,  // 0: nrihandover.v1.StatusResponse.instance:type_name -> nrihandover.v1.Instance
@@ -773,17 +908,21 @@ var file_handover_proto_depIdxs = []int32{
 	1,  // 6: nrihandover.v1.WatchRequest.watcher:type_name -> nrihandover.v1.Instance
 	0,  // 7: nrihandover.v1.WatchRequest.watcher_role:type_name -> nrihandover.v1.Role
 	0,  // 8: nrihandover.v1.WatchResponse.role:type_name -> nrihandover.v1.Role
-	2,  // 9: nrihandover.v1.Handover.Status:input_type -> nrihandover.v1.StatusRequest
-	5,  // 10: nrihandover.v1.Handover.Yield:input_type -> nrihandover.v1.YieldRequest
-	7,  // 11: nrihandover.v1.Handover.Watch:input_type -> nrihandover.v1.WatchRequest
-	4,  // 12: nrihandover.v1.Handover.Status:output_type -> nrihandover.v1.StatusResponse
-	6,  // 13: nrihandover.v1.Handover.Yield:output_type -> nrihandover.v1.YieldResponse
-	8,  // 14: nrihandover.v1.Handover.Watch:output_type -> nrihandover.v1.WatchResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	1,  // 9: nrihandover.v1.QueuedRequest.taker:type_name -> nrihandover.v1.Instance
+	1,  // 10: nrihandover.v1.QueuedResponse.owner:type_name -> nrihandover.v1.Instance
+	2,  // 11: nrihandover.v1.Handover.Status:input_type -> nrihandover.v1.StatusRequest
+	5,  // 12: nrihandover.v1.Handover.Yield:input_type -> nrihandover.v1.YieldRequest
+	7,  // 13: nrihandover.v1.Handover.Watch:input_type -> nrihandover.v1.WatchRequest
+	9,  // 14: nrihandover.v1.Handover.Queued:input_type -> nrihandover.v1.QueuedRequest
+	4,  // 15: nrihandover.v1.Handover.Status:output_type -> nrihandover.v1.StatusResponse
+	6,  // 16: nrihandover.v1.Handover.Yield:output_type -> nrihandover.v1.YieldResponse
+	8,  // 17: nrihandover.v1.Handover.Watch:output_type -> nrihandover.v1.WatchResponse
+	10, // 18: nrihandover.v1.Handover.Queued:output_type -> nrihandover.v1.QueuedResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_handover_proto_init() }
@@ -797,7 +936,7 @@ func file_handover_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_handover_proto_rawDesc), len(file_handover_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

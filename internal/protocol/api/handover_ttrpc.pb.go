@@ -11,6 +11,7 @@ type HandoverService interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	Yield(context.Context, *YieldRequest) (*YieldResponse, error)
 	Watch(context.Context, *WatchRequest) (*WatchResponse, error)
+	Queued(context.Context, *QueuedRequest) (*QueuedResponse, error)
 }
 
 func RegisterHandoverService(srv *ttrpc.Server, svc HandoverService) {
@@ -36,6 +37,13 @@ func RegisterHandoverService(srv *ttrpc.Server, svc HandoverService) {
 					return nil, err
 				}
 				return svc.Watch(ctx, &req)
+			},
+			"Queued": func(ctx context.Context, unmarshal func(interface{}) error) (interface{}, error) {
+				var req QueuedRequest
+				if err := unmarshal(&req); err != nil {
+					return nil, err
+				}
+				return svc.Queued(ctx, &req)
 			},
 		},
 	})
@@ -70,6 +78,14 @@ func (c *handoverClient) Yield(ctx context.Context, req *YieldRequest) (*YieldRe
 func (c *handoverClient) Watch(ctx context.Context, req *WatchRequest) (*WatchResponse, error) {
 	var resp WatchResponse
 	if err := c.client.Call(ctx, "nrihandover.v1.Handover", "Watch", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+func (c *handoverClient) Queued(ctx context.Context, req *QueuedRequest) (*QueuedResponse, error) {
+	var resp QueuedResponse
+	if err := c.client.Call(ctx, "nrihandover.v1.Handover", "Queued", req, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil
