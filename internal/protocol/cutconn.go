@@ -95,8 +95,9 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		return Decision{} // a page it does not speak: it never acts (see ErrPageLayout)
 	}
 	c.mu.Lock()
+	prev, called := c.sightings[tag] // called: the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: c.sightings[tag], releaser: tag == c.releasedTag, gone: gone}
+		events: c.conns[tag], prev: prev, releaser: tag == c.releasedTag, gone: gone}
 	c.mu.Unlock()
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
@@ -111,6 +112,19 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	c.mu.Unlock()
 	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
 		// The owner it took from had no connection: nobody acted since.
+		gap.gapSince = d.actedSince
+	}
+	if d.Overrun && !d.InDoubt && !called && !me.releaser && gap.gapSince.IsZero() {
+		// Rule 3 at this connection's first call, for another event than
+		// the one the owner overran: it was not in the runtime's chain
+		// when the runtime gave up on the owner (it was called after the
+		// owner for every event once appended), and whatever came between
+		// its Synchronize and its append (CRI-O, and any runtime without
+		// BlockPluginSync around its events) may have reached no
+		// connection of the plugin: declared as a gap from the owner's
+		// last act (seen in the demo, mode cri-o, -faults 10 -seed 5: a
+		// catch-up's connection replaced a standby's while the owner was
+		// frozen, and hundreds of events passed an empty chain).
 		gap.gapSince = d.actedSince
 	}
 	c.reportInDoubt(gap)
