@@ -415,8 +415,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 // creation: the next catch-up hands it to the author as unprocessed, once
 // (see Synchronize). A stamped container costs one map lookup here.
 //
-// RemoveContainer has its own check (noteRemoval), which also drops the
-// container from the record.
+// RemoveContainer has its own check (noteRemoval), which also marks the
+// container removed in the record.
 func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
 	p := a.p
 	if _, stamped := c.GetAnnotations()[p.stampKey]; stamped {
@@ -448,8 +448,8 @@ func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
 
 // noteRemoval is called for a RemoveContainer this connection acts on. A
 // container without a stamp that was handed (in the synced-unstamped
-// record, or known here) is dropped from the record and from what this
-// instance knows: it is gone. One that was never handed is a missed
+// record, or known here) is marked removed in the record and dropped from
+// what this instance knows: it is gone. One that was never handed is a missed
 // creation whose other events reached nobody (created and stopped while
 // no instance was in the chain, removed after an owner appended): it is
 // handed as noteMissedCreation does (and stays recorded).
@@ -473,12 +473,14 @@ func (a *adapter) noteRemoval(c *api.Container) {
 		return
 	}
 	_, known := p.missed[id]
-	if _, wasSynced := synced[id]; wasSynced || known {
+	if by, wasSynced := synced[id]; wasSynced || known {
 		delete(p.missed, id)
-		if wasSynced {
-			by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
-			if err := p.dir.RecordSyncedUnstamped(nil, by, func(x string) bool { return x != id }); err != nil {
-				p.log.WithError(err).WithField("container", id).Warn("cannot drop a removed container from the synchronized record")
+		if wasSynced && by.Removed.IsZero() {
+			// Marked, not dropped: a Synchronize listed before this
+			// removal must still find it handed (see
+			// protocol.Dir.MarkSyncedRemoved).
+			if err := p.dir.MarkSyncedRemoved(id, time.Now()); err != nil {
+				p.log.WithError(err).WithField("container", id).Warn("cannot mark a removed container in the synchronized record")
 			}
 		}
 		return

@@ -175,7 +175,7 @@ type Coordinator struct {
 	heirFrom          string              // the instance an heir's claim was granted by ("": none, or this one)
 	successorLeaving  bool                // the instance this one yielded to is stopping
 	claimHeirEvents   uint64              // the heir mask the claim in progress replaced
-	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide)
+	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide); absent: never called
 	releasedTag       uint16              // the connection that released the register when this instance left (see caller.releaser)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)

@@ -147,6 +147,9 @@ type Decision struct {
 	// counted.
 	heirUnseen, unseenMark bool
 	recordedKey            uint32
+	// skippedOwner: rule 4 (the owner was not called for the event of
+	// this connection's previous call).
+	skippedOwner bool
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
 	// first, and the owner never, is declared in doubt.
@@ -201,6 +204,9 @@ type sighting struct {
 	owner  uint16 // the register's owner then
 	kind   uint64 // the event's kind
 	events uint64 // the events counter then
+	// firstCall: it was the connection's first call (set by
+	// Coordinator.Decide, which knows).
+	firstCall bool
 }
 
 // skipped reports whether the owner was never called for the event of the
@@ -343,7 +349,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		if skipped {
 			// 4: the owner was not called for the previous event: it is
 			// gone from the chain (that event is in doubt); this one is new.
-			dec.Overrun, dec.Promoted, dec.Act = true, true, true
+			dec.Overrun, dec.Promoted, dec.Act, dec.skippedOwner = true, true, true, true
 			newEvent = true
 			w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
 		} else if !isOwner && w.overran() {

@@ -3,9 +3,12 @@ package protocol
 import (
 	"fmt"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCutActsOncePerEvent plays the per-event cut against a runtime that
@@ -800,5 +803,58 @@ func TestCutLateHandlerOfAClosedConnectionTakesNothing(t *testing.T) {
 		if dec.Promoted != c.wantTake {
 			t.Errorf("%s, rule 5: promoted %v, want %v", c.name, dec.Promoted, c.wantTake)
 		}
+	}
+}
+
+// TestSyncedRemovedIsKeptForAWhile: a removal marks the container's entry
+// instead of dropping it: it stays listed (a Synchronize listed before the
+// removal must find it handed), also through a record that no longer
+// lists it, until the mark is older than removedKeep; a build from before
+// the mark skips its line rather than misread it.
+func TestSyncedRemovedIsKeptForAWhile(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	v1 := SyncedBy{Version: "1.0.0", Instance: "a"}
+	none := func(string) bool { return false }
+	if err := d.RecordSyncedUnstamped([]string{"old", "new", "kept"}, v1, func(string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := d.MarkSyncedRemoved("old", now.Add(-removedKeep-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MarkSyncedRemoved("new", now); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.MarkSyncedRemoved("absent", now); err != nil {
+		t.Fatal(err)
+	}
+	// A record whose list has none of them: "kept" (not removed) goes,
+	// "new" stays marked; "old" went at the mark after its own.
+	if err := d.RecordSyncedUnstamped(nil, v1, none); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := d.SyncedUnstamped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 1 || ids["new"].Removed.UnixNano() != now.UnixNano() || ids["new"].Version != "1.0.0" {
+		t.Fatalf("list %+v, want only new, marked removed at %v", ids, now)
+	}
+	b, err := os.ReadFile(filepath.Join(d.path, syncedFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if len(strings.Fields(line)) == 3 {
+			old++ // what a build from before the mark parses
+		}
+	}
+	if old != 0 {
+		t.Fatalf("a removed entry is written as a live one for older builds:\n%s", b)
 	}
 }

@@ -433,10 +433,15 @@ func (n *Node) Check() (Result, error) {
 		return res, fmt.Errorf("plugintest: check stamps: %w", err)
 	}
 	handed := map[string]int{}
+	firstHand := map[string]CatchUp{}
 	for _, cu := range n.CatchUps() {
 		handed[cu.ID]++
-		if handed[cu.ID] == 2 && len(res.HandedTwice) < maxTexts {
-			res.HandedTwice = append(res.HandedTwice, fmt.Sprintf("container %s: handed to a catch-up more than once", cu.ID))
+		if handed[cu.ID] == 1 {
+			firstHand[cu.ID] = cu
+		}
+		if f := firstHand[cu.ID]; handed[cu.ID] == 2 && len(res.HandedTwice) < maxTexts {
+			res.HandedTwice = append(res.HandedTwice, fmt.Sprintf("container %s: handed to a catch-up more than once (%s at %s, %s at %s)",
+				cu.ID, f.Instance, f.At.UTC().Format("15:04:05.000000"), cu.Instance, cu.At.UTC().Format("15:04:05.000000")))
 		}
 	}
 	listed := map[string]time.Time{} // container -> first listed

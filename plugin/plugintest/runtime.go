@@ -246,6 +246,10 @@ type Runtime struct {
 	// exited holds the containers that exited by themselves (ModeExitStop).
 	exited map[string]bool
 	rng    *rand.Rand
+	// afterList, if set (by this package's tests), runs in the sync
+	// callback once the containers are listed, before the plugin's
+	// Synchronize (outside every lock: events may run, as in CRI-O).
+	afterList func()
 	// afterSync, if set (by this package's tests), runs in the sync
 	// callback after the plugin's Synchronize returned.
 	afterSync func()
@@ -1179,8 +1183,12 @@ func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 			ctrs = append(ctrs, cloneMsg(c))
 		}
 	}
+	listed := r.afterList
 	r.mu.Unlock()
 
+	if listed != nil {
+		listed()
+	}
 	r.logf("plugintest: synchronizing plugin with %d pods, %d containers", len(pods), len(ctrs))
 	// As containerd's and CRI-O's NRI wrappers: no event runs during the
 	// Synchronize call itself (in ModeContainerd the plugin-sync block
