@@ -16,7 +16,6 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
-	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
 )
 
@@ -192,69 +191,6 @@ func TestQuietStopLeavesTheRuntimeNothingToFail(t *testing.T) {
 	}
 	if n := rec.count("failed to synchronize") + rec.errors(); n > 0 {
 		t.Fatalf("the runtime logged %d failures:\n%s", n, strings.Join(rec.lines, "\n"))
-	}
-}
-
-// TestQuietStopGivesUpWhileTheRuntimeRegistersNothing: a stop whose quiet
-// connection the runtime does not register (containerd registers one
-// connection at a time, and the one before is waiting to be synchronized
-// behind a CRI call that holds the plugin-sync block) gives up within
-// quietSyncWait and closes its connection plainly. Before, it waited out
-// the stub's registration timeout (5 s): under Kubernetes the CRI call is
-// the stopping pod's own StopContainer, which ends only when the process
-// exits, so the wait was futile, and in seed 002 (the owning copy of a
-// duplicated DaemonSet deleted, the original's take-back connection queued
-// ahead) the node had no answering owner for those 5 s.
-func TestQuietStopGivesUpWhileTheRuntimeRegistersNothing(t *testing.T) {
-	rec := recordNRILog(t)
-	r, p := newTestRuntime(t)
-	ctx := context.Background()
-	c, err := p.connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the runtime to append the connection", func() bool {
-		return rec.count(`plugin "10-close" connected and synchronized`) == 1
-	})
-	// A CRI call holds the plugin-sync block, as containerd's StopContainer
-	// does for a container's whole stop.
-	blk := r.BlockPluginSync()
-	defer blk.Unblock()
-	// Another plugin connects: the runtime registers and configures it,
-	// then waits to synchronize it and registers no other connection
-	// meanwhile.
-	other, err := stub.New(creator{}, stub.WithPluginName("other"), stub.WithPluginIdx("20"),
-		stub.WithSocketPath(p.cfg.socketPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	started := make(chan error, 1)
-	go func() { started <- other.Start(ctx) }()
-	defer other.Stop()
-	if err := <-started; err != nil {
-		t.Fatalf("the other plugin: %v", err)
-	}
-	t0 := time.Now()
-	p.stopQuietly(ctx, c)
-	took := time.Since(t0)
-	if took > quietSyncWait+time.Second {
-		t.Fatalf("stopQuietly took %v while the runtime registered nothing, want about quietSyncWait (%v)", took, quietSyncWait)
-	}
-	if !c.adapter.closed.Load() {
-		t.Fatalf("stopQuietly returned after %v with the connection still acting", took)
-	}
-	waitFor(t, "the runtime to see the connection closed", func() bool {
-		return rec.count(`connection to plugin "10-close" closed`) >= 1
-	})
-	t.Logf("stopQuietly gave up after %v", took.Round(time.Millisecond))
-	// Once the block ends, the runtime synchronizes the other plugin and
-	// serves on without the stopped connection.
-	blk.Unblock()
-	waitFor(t, "the runtime to append the other plugin", func() bool {
-		return rec.count(`plugin "20-other" connected and synchronized`) == 1
-	})
-	if _, err := r.CreateContainer(ctx, createReq()); err != nil {
-		t.Fatalf("CreateContainer after the stop: %v", err)
 	}
 }
 
