@@ -525,6 +525,13 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 			c.claimTag = 0 // not in a Synchronize: outright
 			c.mainTag = tag
 			taken := c.takeCutLocked(false)
+			if c.gapHeir == tag && taken.gapSince.IsZero() {
+				// The idle rule knows the runtime has appended it (no
+				// event came for a request timeout after its Synchronize):
+				// the gap ends here, declared now rather than at an act
+				// that may not come.
+				taken.gapSince, c.gapHeir = c.gapSince, 0
+			}
 			c.claimTag = claimTag
 			epoch := c.epoch
 			c.mu.Unlock()
