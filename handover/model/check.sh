@@ -158,7 +158,8 @@ if [[ $mode == findings ]]; then
 		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_OVERRUN -DGRANTED_ONLY||24|violation|lossy|a granted taker that overruns its deadline before publishing returns at once: awaitTakeBack finds the name already elsewhere"
 		"F10-takeback-window|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DTAKEBACK_WINDOW||24|violation|lossy|a not-ready taker returns as soon as the name moves, before its predecessor is owner again"
 		"F1-strict-at-most-once|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTRICT_AT_MOST_ONCE||24|violation|actedBy==0|an event acted on twice around a crash"
-		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE||24|violation|rr!=|ready (the author's Synchronize) runs on a superseded owner (busy claim lock)"
+		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE||24|holds||fixed: ready (the author's Synchronize) runs only on the owner: ClaimThen checks superseded(), runBy does not start ready past its settle deadline"
+		"F5x-sync-role-before|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE -DNO_RUNBY_CHECK||24|violation|rdy|the code before: runBy started ready past its settle deadline, after which an overdue take-back may have superseded the instance"
 		"F6b-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTOP_DURING_CLAIM||24|violation|lossy|a newcomer stopped during its claim: Leave and disconnect end the fence before the old owner takes back"
 	)
 	run_all "${runs[@]}"

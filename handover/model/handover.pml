@@ -588,6 +588,7 @@ inline claimBecomeOwner() {
 proctype Syncer(byte me; byte slot) {
   byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0, pub = 0;
   byte gfrom = NONE, rr = NONE;       /* grant.from; the role ClaimThen returns */
+  bit rdy = 0;                        /* ClaimThen runs ready: owner, !c.superseded() */
   bool redirect = 1, unfenced = 0, locked = 0;
 end:
   do
@@ -705,24 +706,48 @@ done:
      atomic { alive[me] ->
        if :: locked && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
        locked = 0; rr = role[me];     /* role, err := c.claim(ctx, w, &grant) */
-#ifdef CHECK_SYNC_ROLE
-       /* I7: ClaimThen runs ready (the author's Synchronize) if the     */
-       /* claim returned owner: the instance must then be the owner      */
-       /* (unless it is being stopped: Leave retires it)                 */
-       assert(rr != OWNER || leaving[me] || name == me);
+       /* since f7b7ddf: ready runs only if the claim returned owner and  */
+       /* the owner name leads here: role == OWNER && !c.superseded()     */
+       /* (a superseded owner retires at its next event); NO_SYNC_CHECK   */
+       /* (the code of eb09357): whenever the claim returned owner        */
+#ifndef NO_SYNC_CHECK
+       rdy = (rr == OWNER && name == me);
+#else
+       rdy = (rr == OWNER);
 #endif
        skip
      }
+#ifdef CHECK_SYNC_ROLE
+     /* I7: where ready (the author's Synchronize) starts, a step after   */
+     /* the superseded check (another instance may publish in between: an */
+     /* overdue take-back, F5): runBy starts ready only before settleBy   */
+     /* (since the control plane's model; NO_RUNBY_CHECK: the code        */
+     /* before, started whenever), and the check and the start are one    */
+     /* step (an overdue take-back comes at settleBy + 100 ms at the      */
+     /* earliest). Then the instance is the owner with the name (unless   */
+     /* it is being stopped: Leave retires it).                           */
+#ifndef NO_RUNBY_CHECK
+     atomic { alive[me] -> assert(!rdy || cexp[G] || leaving[me] || (name == me && role[me] == OWNER)) }
+#else
+     atomic { alive[me] -> assert(!rdy || leaving[me] || (name == me && role[me] == OWNER)) }
+#endif
+#endif
      if
-     :: rr == OWNER ->
+     :: rdy ->
         /* runBy(ctx, w.settleBy, ready): the author's Synchronize runs  */
         /* while the claim is unsettled (claiming) and the lock is free   */
         if
+#ifndef NO_RUNBY_CHECK
+        :: !cexp[G]                   /* ready returned nil in time: settle below */
+#else
         :: true                       /* ready returned nil in time: settle below */
-        :: atomic { alive[me] && notready < MAXNOTREADY ->
+#endif
+        :: atomic { alive[me] && (notready < MAXNOTREADY || cexp[G]) ->
+             /* (cexp: settleBy passed before ready started: runBy does  */
+             /* not start it, ErrNotReady)                                */
              /* ready failed or overran settleBy: ErrNotReady,            */
              /* c.demote(ROLE_STANDBY, "not ready: ...", true)            */
-             notready++;
+             if :: !cexp[G] -> notready++ :: else fi;
              if :: !closed[me] -> demoteStandby() :: else fi;   /* holdEvents(c.ctx) fails once closed */
              rr = STANDBY; serr[G] = 1;
              /* nobody to give ownership back to (no owner yielded to     */
