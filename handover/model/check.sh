@@ -271,6 +271,17 @@ cut_correct=(
 	"cut-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3|-O1|20|C10 fixed: NEWEST, S newer than A is called alone and skips, marking the word (unrecorded); N1's idle rule holds off, its takeover declares the event"
 	"cut-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|C7 fixed by the standby's mark (C10's fix): the owner dropped while N1 is between Synchronize and append (no FAULT_NO_GAP); the event that reached only S is marked, N1's takeover declares it"
 	"cut-newest-superseded|-DNEV=3 $rx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DNEWEST||22|C10 fixed: NEWEST, N2 appended, then N1 claims: N2, the newest, neither owner nor heir, marks what it skips; N1's takeover declares it"
+	# CPTAKE: the control plane (handover.pml's findings F4, F8, F9; docs/model.md
+	# "The control plane under the cut") takes the register outright at any
+	# moment, for A, S or N1 (CPMASK), whoever owns it: no event acted on
+	# twice, none missed unsaid
+	"cut-cp-standby|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: A and S take the register from each other at any moment (two takes), A closes"
+	"cut-cp-standby-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: as cut-cp-standby with repeated keys"
+	"cut-cp-heir|-DNEV=3 $rx -DFAIL1 -DCLOSE -DCPTAKE -DCPMASK=3|-O1|22|control plane: A's stale take-back from N1 (or N1's promotion), N1 succeeds or fails, idle rule, A closes (F8, F9)"
+	"cut-cp-heir-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DCPTAKE -DCPMASK=3|-O1|22|control plane: as cut-cp-heir with repeated keys"
+	"cut-cp-faults|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DABANDON -DDROP -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: two takes and an abandoned handler or a dropped owner"
+	"cut-cp-released-standby|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8|-O1|20|control plane: S's instance made owner while A releases and takes events back as a releaser: a released register is left to rule 5"
+	"cut-cp-released-heir|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8|-O1|22|control plane: S's instance made owner after A released with N1 heir: the take declares a gap"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -302,6 +313,11 @@ cut_broken=(
 	# NEWEST (containerd/nri PR 281): what it loses unsaid (C10, C11)
 	"cut-x24-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3 -DNO_STANDBY_MARK|-O1|20|acts[j]>=1|C10 as before its fix (NO_STANDBY_MARK; cut-newest-shadowed without it): NEWEST, a connection neither owner nor heir is newer than the owner (a standby registered after it): called alone it skips; N1's idle promotion (no event write seen) then hides the event from rule 4: missed, not declared"
 	"cut-x25-newest-fallback-retired|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DFAULT_NO_GAP -DNEWEST -DNPROBE=3|-O1|22|acts[j]>=1|C11: NEWEST, the runtime gives up on the newest owner; the events fall back to the retired old owner, which may not take over (or closes): missed until a connection that may take over is called, not declared in the register"
+	# the control plane's outright take (CPTAKE) as before the fixes of
+	# docs/model.md "The control plane under the cut"
+	"cut-x26-cp-unseen|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DNO_CP_UNSEEN|-O1|20|acts[j]>=1|control plane, the code before: S's instance takes the register from A, unseen; the next event with A's last key: S's rule 1 skips it unsaid"
+	"cut-x27-cp-heir-gap|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8 -DNO_CP_HEIR_GAP|-O1|22|acts[j]>=1|control plane, the code before: A released with N1 heir; S's take between S's and N1's calls of an event: N1 skips it, nobody declares it"
+	"cut-x28-cp-released|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8 -DNO_CP_RULE5|-O1|20|acts[j]>=1|control plane, the code before: A released (no heir) between S's call and its own; S's take makes the releaser skip: nobody acts, nothing declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"
