@@ -293,6 +293,10 @@ inline expire(g) {
   fi
 }
 
+/* awaitTakeBack's test (since f7b7ddf): the instance behind the owner  */
+/* name answers Status with Role OWNER and is not this one (me)          */
+#define TBOWNER (name != NONE && name != me && sock[name] && role[name] == OWNER)
+
 /* one instance out of a non-empty set, nondeterministically */
 inline pick(set, i) {
   if
@@ -763,9 +767,19 @@ done:
      :: rr != OWNER && gfrom != NONE ->
         /* granted (the owner accepted the Yield) but not settled as owner */
         atomic { alive[me] -> claiming[me] = 0 }   /* c.setClaiming(false): settled */
-        /* c.awaitTakeBack(grant.from, w.returnBy): poll Dir.ownerID()   */
-        /* until the owner name leads elsewhere                          */
+        /* c.awaitTakeBack(grant.from, w.returnBy): poll Status behind   */
+        /* the owner name until another instance answers as owner (since  */
+        /* f7b7ddf; OLD_TAKEBACK: the code of eb09357, poll Dir.ownerID() */
+        /* until the name leads elsewhere)                                */
 end_tb: if
+#ifndef OLD_TAKEBACK
+        :: atomic { alive[me] && ((TBOWNER) || closed[me]) -> skip }   /* Role == OWNER, another id; or c.ctx done */
+        :: atomic { alive[me] && !(TBOWNER) && !closed[me] && (!sock[gfrom] || closed[gfrom] || (awc[gfrom] != G && empty(wsq[gfrom]))) -> skip }
+           /* returnBy passed, and the predecessor is gone or its awaitClaim / */
+           /* takeBack is over without taking back: it never will              */
+        :: atomic { alive[me] && !(TBOWNER) && !closed[me] && overruns < MAXOVERRUN -> overruns++ }
+           /* returnBy passed while a take-back was still coming (a stall)     */
+#else
 #ifdef TAKEBACK_WINDOW
         :: atomic { alive[me] && (name != me || closed[me]) -> skip }   /* id != c.ownSocket, or c.ctx done */
 #else
@@ -781,6 +795,7 @@ end_tb: if
            /* takeBack is over without taking back: it never will              */
         :: atomic { alive[me] && name == me && !closed[me] && overruns < MAXOVERRUN -> overruns++ }
            /* returnBy passed while a take-back was still coming (a stall)     */
+#endif
         fi
      :: else
      fi;
