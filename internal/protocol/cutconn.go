@@ -372,13 +372,16 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			// The heirSeen of the heir this one replaces is not ours
 			// (model finding C2); quiet arms the idle rule.
 			w.heir, w.heirSeen, w.heirUnseen, w.quiet = tag, false, false, true
-		case w.owner == 0 && w.heir == 0:
-			// Released with no heir: rule 5 gives it to the first
-			// connection that may take over, at its next call (the
-			// releaser's own included, for an event in progress). Taken
-			// here, between two calls of an event that the releaser was
-			// still to be called for, that event would reach nobody
-			// (cut.pml CPTAKE, cut-x28).
+		case w.owner == 0 && w.heir == 0 && !heir:
+			// Released with no heir, and not granted by the releaser:
+			// rule 5 gives it to the first connection that may take
+			// over, at its next call (the releaser's own included, for
+			// an event in progress). Taken here, between two calls of an
+			// event that the releaser was still to be called for, that
+			// event would reach nobody (cut.pml CPTAKE, cut-x28). A
+			// leaving owner that yields to a queued successor (queued.go)
+			// releases between events (holdBetweenEvents) and grants the
+			// take (heir).
 			return false
 		default:
 			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
