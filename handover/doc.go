@@ -73,6 +73,19 @@
 //     over next. Lost without a declaration (docs/model.md C11): the events
 //     that fall back to a retired instance's connection (declared only as
 //     a gap by a later claim that finds the dropped owner gone).
+//   - A runtime that calls a newcomer's connection before the old owner's
+//     for an event with the same key as the owner's last one, while the
+//     owner's leave timeout gives the events up between the two calls
+//     (docs/model.md cut-x23): that event may be lost without a
+//     declaration. containerd and CRI-O call connections of one index in
+//     connection order (the older first) while a node has at most 12
+//     plugins.
+//   - Status and Ready (the roles) may show no owner, or two, for the
+//     milliseconds of a take-back or until the superseded one's next event,
+//     and after a take-back that stalled across a whole claim both
+//     instances may report retired until the next claim (docs/model.md F8):
+//     who acts on events does not depend on the roles, only on the
+//     per-event cut.
 //   - An instance whose handover page (owner.gen) has a layout this build
 //     does not speak takes no part in the handover: it stays standby and
 //     not Ready, says why, and acts on nothing; the instances that speak

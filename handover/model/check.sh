@@ -155,10 +155,13 @@ if [[ $mode == findings ]]; then
 		"F4-publish-window|-DNI=2 -DNEV=2 -DMAXFAULT=1 -DFAULT_DROP -DNO_CRASH -DNO_STOP -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DPUBLISH_WINDOW|-DCOLLAPSE|24|violation|promotedMid|a stall between the deadline check and the rename publishes after the drop"
 		"F8-takeback-race|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DTAKEBACK_RACE||24|violation|promotedMid|a take-back without the lock, decided against an overdue claim, lands after the taker owns"
 		"F8b-takeback-no-owner|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DTAKEBACK_RACE -DCHECK_RECOVERY -DNO_I2 -DNO_I3||24|violation|inchain[0]|... and can leave both instances retired for good"
-		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_OVERRUN -DGRANTED_ONLY||24|violation|lossy|a granted taker that overruns its deadline before publishing returns at once: awaitTakeBack finds the name already elsewhere"
-		"F10-takeback-window|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DTAKEBACK_WINDOW||24|violation|lossy|a not-ready taker returns as soon as the name moves, before its predecessor is owner again"
+		"F7-overrun|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_OVERRUN -DGRANTED_ONLY||24|violation|lossy|a granted taker stalls past its settle deadline before ready: its predecessor's overdue take-back finds it owner and stands down, then it gives ownership back to nobody (roles only; the register never left the predecessor)"
+		"F7x-overrun-before|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_OVERRUN -DGRANTED_ONLY -DOLD_TAKEBACK -DNO_RUNBY_CHECK||24|violation|lossy|the code of eb09357: a granted taker that overruns its deadline before publishing returns at once: awaitTakeBack finds the name already elsewhere"
+		"F10-takeback-window|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DTAKEBACK_WINDOW||24|holds||fixed: a not-ready taker waits until another instance answers as owner (awaitTakeBack polls Status, f7b7ddf)"
+		"F10x-takeback-window-before|-DNI=2 -DNEV=1 -DMAXFAULT=0 -DMAXSYNC=3 -DMAXOVERRUN=0 -DMAXNOTREADY=1 -DTAKEBACK_WINDOW -DOLD_TAKEBACK||24|violation|lossy|the code of eb09357: a not-ready taker returns as soon as the name moves, before its predecessor is owner again"
 		"F1-strict-at-most-once|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTRICT_AT_MOST_ONCE||24|violation|actedBy==0|an event acted on twice around a crash"
-		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE||24|violation|rr!=|ready (the author's Synchronize) runs on a superseded owner (busy claim lock)"
+		"F5-sync-role|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE||24|holds||fixed: ready (the author's Synchronize) runs only on the owner: ClaimThen checks superseded(), runBy does not start ready past its settle deadline"
+		"F5x-sync-role-before|-DNI=2 -DNEV=2 -DMAXFAULT=0 -DMAXSYNC=4 -DMAXOVERRUN=1 -DMAXNOTREADY=0 -DCHECK_SYNC_ROLE -DNO_RUNBY_CHECK||24|violation|rdy|the code before: runBy started ready past its settle deadline, after which an overdue take-back may have superseded the instance"
 		"F6b-stop-during-claim|-DNI=2 -DNEV=4 -DMAXFAULT=1 -DMAXOVERRUN=0 -DMAXNOTREADY=0 -DSTOP_DURING_CLAIM||24|violation|lossy|a newcomer stopped during its claim: Leave and disconnect end the fence before the old owner takes back"
 	)
 	run_all "${runs[@]}"
@@ -270,6 +273,17 @@ cut_correct=(
 	"cut-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3|-O1|20|C10 fixed: NEWEST, S newer than A is called alone and skips, marking the word (unrecorded); N1's idle rule holds off, its takeover declares the event"
 	"cut-heir-gap|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP|-O1|22|C7 fixed by the standby's mark (C10's fix): the owner dropped while N1 is between Synchronize and append (no FAULT_NO_GAP); the event that reached only S is marked, N1's takeover declares it"
 	"cut-newest-superseded|-DNEV=3 $rx -DN2 -DN2FAIL=2 -DFAIL1 -DCLOSE -DNEWEST||22|C10 fixed: NEWEST, N2 appended, then N1 claims: N2, the newest, neither owner nor heir, marks what it skips; N1's takeover declares it"
+	# CPTAKE: the control plane (handover.pml's findings F4, F8, F9; docs/model.md
+	# "The control plane under the cut") takes the register outright at any
+	# moment, for A, S or N1 (CPMASK), whoever owns it: no event acted on
+	# twice, none missed unsaid
+	"cut-cp-standby|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: A and S take the register from each other at any moment (two takes), A closes"
+	"cut-cp-standby-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: as cut-cp-standby with repeated keys"
+	"cut-cp-heir|-DNEV=3 $rx -DFAIL1 -DCLOSE -DCPTAKE -DCPMASK=3|-O1|22|control plane: A's stale take-back from N1 (or N1's promotion), N1 succeeds or fails, idle rule, A closes (F8, F9)"
+	"cut-cp-heir-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DFAIL1 -DCLOSE -DCPTAKE -DCPMASK=3|-O1|22|control plane: as cut-cp-heir with repeated keys"
+	"cut-cp-faults|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DABANDON -DDROP -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: two takes and an abandoned handler or a dropped owner"
+	"cut-cp-released-standby|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8|-O1|20|control plane: S's instance made owner while A releases and takes events back as a releaser: a released register is left to rule 5"
+	"cut-cp-released-heir|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8|-O1|22|control plane: S's instance made owner after A released with N1 heir: the take declares a gap"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -301,6 +315,11 @@ cut_broken=(
 	# NEWEST (containerd/nri PR 281): what it loses unsaid (C10, C11)
 	"cut-x24-newest-shadowed|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DNEWEST -DSNEWER -DNPROBE=3 -DNO_STANDBY_MARK|-O1|20|acts[j]>=1|C10 as before its fix (NO_STANDBY_MARK; cut-newest-shadowed without it): NEWEST, a connection neither owner nor heir is newer than the owner (a standby registered after it): called alone it skips; N1's idle promotion (no event write seen) then hides the event from rule 4: missed, not declared"
 	"cut-x25-newest-fallback-retired|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DABANDON -DFAULT_NO_GAP -DNEWEST -DNPROBE=3|-O1|22|acts[j]>=1|C11: NEWEST, the runtime gives up on the newest owner; the events fall back to the retired old owner, which may not take over (or closes): missed until a connection that may take over is called, not declared in the register"
+	# the control plane's outright take (CPTAKE) as before the fixes of
+	# docs/model.md "The control plane under the cut"
+	"cut-x26-cp-unseen|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DNO_CP_UNSEEN|-O1|20|acts[j]>=1|control plane, the code before: S's instance takes the register from A, unseen; the next event with A's last key: S's rule 1 skips it unsaid"
+	"cut-x27-cp-heir-gap|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8 -DNO_CP_HEIR_GAP|-O1|22|acts[j]>=1|control plane, the code before: A released with N1 heir; S's take between S's and N1's calls of an event: N1 skips it, nobody declares it"
+	"cut-x28-cp-released|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8 -DNO_CP_RULE5|-O1|20|acts[j]>=1|control plane, the code before: A released (no heir) between S's call and its own; S's take makes the releaser skip: nobody acts, nothing declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"

@@ -136,6 +136,13 @@
  * (cut-x25) in docs/model.md. NO_MISS_CHECK: at the end, only "at most
  * once" is checked (not "acted on or declared").
  *
+ * CPTAKE (RULES only): the control plane's becomeOwner outside a
+ * Synchronize takes the register outright (takeCutLocked(false)) at any
+ * moment, for A, N1 or S (CPMASK), at most MAXCP times; the heir's gone
+ * path (GONE) is the same swap (inline outright). Broken: NO_CP_UNSEEN,
+ * NO_CP_HEIR_GAP, NO_CP_RULE5, NO_CP_GAP (docs/model.md "The control
+ * plane under the cut", cut-x26..x28).
+ *
  * Variants (implementation choices, each should be checked):
  *   IDLE_COUNTER_FIRST     the idle rule reads the counter before the word
  *                          (default: the word, then the counter, then CAS)
@@ -932,6 +939,77 @@ proctype Newcomer(byte c; bit mayfail; bit mustfail) {
 	fi
 }
 
+#ifdef RULES
+/* takeCutLocked outright (not in a Synchronize), one unconditional swap
+ * for connection X, whoever owns the word: the gone path of the heir's
+ * PromoteWhenIdle (GONE) and the control plane's becomeOwner (CPTAKE).
+ * The event the owner is inside of is in doubt (reportInDoubt); the
+ * taker keeps its seen bit if it was the seen heir (C9); unseen, the
+ * recorded event acted on is marked in doubt for it (rule 1 declares the
+ * next event with its key; NO_CP_UNSEEN, broken, the code before: only
+ * after a release; NO_GONE_SEEN, broken, older: never, ownerSeen 0); a
+ * standby's mark is declared; taken from another instance's connection
+ * (every other connection here: the owner, or after a release the heir,
+ * which was to take over at its next call), a gap is declared since the act before
+ * the last recorded one (the model: from the recorded event up to the
+ * event in progress, less than the code; NO_CP_GAP, broken: none;
+ * NO_CP_HEIR_GAP, broken, the code before: only from an owner). */
+inline outright(X, prevO, jj, upto, idb) {
+	prevO = Wowner;
+	idb = Wacted && !Wdone && Wowner != 0 && !WiD;
+	WiD = WiD || idb;
+	if
+	:: idb -> decl[Wev - 1] = decl[Wev - 1] | 1; ndecl++
+	:: else
+	fi;
+#ifndef NO_GONE_SEEN
+	WoS = (Wheir == tag(X) && WhS);
+#ifndef NO_CP_UNSEEN
+	WiD = WiD || (!WoS && Wacted);
+#else
+	WiD = WiD || (!WoS && Wacted && Wowner == 0);
+#endif
+#else
+	WoS = 0;
+#endif
+#ifdef FIX_STANDBY_MARK
+	if
+	:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow)
+	:: else
+	fi;
+	WM = 0; Wmev = 0;
+#endif
+#ifndef NO_CP_GAP
+	if
+	/* from another connection that acts: the owner, or after a release
+	 * the heir (it was to take over at its next call) */
+#ifndef NO_CP_HEIR_GAP
+	:: prevO != 0 || (Wheir != 0 && Wheir != tag(X)) ->
+#else
+	/* broken, the code before: only from an owner (cut-x27) */
+	:: prevO != 0 ->
+#endif
+		if
+		:: Wev > 0 -> jj = Wev - 1
+		:: else -> jj = 0
+		fi;
+		if
+		:: inEvent -> upto = evnow + 1
+		:: else -> upto = evnow
+		fi;
+		do
+		:: jj < upto -> decl[jj] = decl[jj] | 2; jj++
+		:: else -> break
+		od;
+		ndecl++; jj = 0; upto = 0
+	:: else
+	fi;
+#endif
+	Wowner = tag(X); Wheir = 0; WhS = 0; WU = 0; Wuev = 0;
+	prevO = 0; idb = 0
+}
+#endif
+
 /* C6, cut-x20: PromoteWhenIdle holds off while the word marks the heir's
  * first call as the ambiguous skip (heirUnseen) and an owner holds it: the
  * next event decides (rule 2 declares it, or the owner hands over). The
@@ -956,6 +1034,10 @@ proctype Idle(byte c) {
 	bit sOS, sHS, sA, sD, sQ, sU, sM;
 	byte jj;
 	bit sID, prom;
+#ifdef GONE
+	byte gO, gU;
+	bit gD;
+#endif
 #ifdef IDLE_EARLY
 	synced[c] && !closed[c];
 #else
@@ -1057,30 +1139,11 @@ next:		skip
 	/* PromoteWhenIdle's other way: its predecessor is gone (the owner is
 	 * 0: released), checked at every tick, in or out of an event: it takes
 	 * the register outright (takeCutLocked, not in a Synchronize: an
-	 * unconditional swap) */
+	 * unconditional swap, from whoever owns it by then: outright) */
 	:: atomic { Wheir == tag(c) && Wowner == 0 && !closed[c] }
 		atomic {
 			if
-			:: Wowner != tag(c) ->
-				WiD = WiD || (Wacted && !Wdone && Wowner != 0);
-#ifndef NO_GONE_SEEN
-				/* C9 (0384538): keep the heir's seen bit; unseen after a
-				 * release, the recorded event is in doubt for it (rule 1
-				 * declares it) */
-				WoS = (Wheir == tag(c) && WhS);
-				WiD = WiD || (!WoS && Wacted && Wowner == 0);
-#else
-				/* broken: as before 0384538, ownerSeen 0 */
-				WoS = 0;
-#endif
-#ifdef FIX_STANDBY_MARK
-				if
-				:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow)
-				:: else
-				fi;
-				WM = 0; Wmev = 0;
-#endif
-				Wowner = tag(c); Wheir = 0; WhS = 0; WU = 0; Wuev = 0
+			:: Wowner != tag(c) -> outright(c, gO, jj, gU, gD)
 			:: else
 			fi;
 			printf("MSC: conn %d takes the register outright (gone) -> owner %d oS %d key %d acted %d done %d inDoubt %d\n", c, Wowner, WoS, Wkey, Wacted, Wdone, WiD)
@@ -1177,6 +1240,68 @@ proctype Leave0() {
 }
 #endif
 
+#ifdef CPTAKE
+/* CPTAKE: the control plane moves the register at any moment (findings F4,
+ * F8, F9 of handover.pml; docs/model.md "The control plane under the
+ * cut"). Coordinator.becomeOwner outside a Synchronize (a take-back, a
+ * promotion, ownAfterOverrun, a stalled claim that resumes after its
+ * ClaimConn returned: claimTag 0) calls takeCutLocked(false) for its
+ * instance's newest connection (mainTag): one unconditional swap of the
+ * word, whoever owns it, in or out of an event, with no check of what the
+ * control plane believed when it decided. What the swap does
+ * (takeCutLocked's default branch): the recorded event in doubt if the
+ * owner is inside its handler; the taker keeps its sighting if it was the
+ * heir and seen (C9), unseen after a release the recorded event is in
+ * doubt; a standby's mark (unrecorded) is declared; the register taken
+ * from another instance's connection declares a gap since the act before
+ * the last recorded one (reportInDoubt: "gap: no instance acted since";
+ * the model declares from the recorded event up to the event in
+ * progress, i.e. less than the code); a register released with no heir
+ * is left as it is (rule 5 gives it to the first connection that may
+ * take over). Which connections (CPMASK): 1 A
+ * (the old owner's stale take-back, F8/F9), 8 S (a live standby's
+ * instance promoted, or a stalled claim of a reconnected instance that
+ * resumes: F4), 2 N1 once its Synchronize returned; each only while it is
+ * in the chain and its instance's newest connection (mt: a connection
+ * the runtime has not appended is T1's business, a left instance does
+ * not take: becomeOwner's hasLeft). At most MAXCP swaps. NO_CP_GAP
+ * (broken): no gap declaration. */
+#ifndef MAXCP
+#define MAXCP 1
+#endif
+#ifndef CPMASK
+#define CPMASK 9
+#endif
+byte ncp = 0;
+/* takeCutLocked leaves a released register with no heir to rule 5
+ * (NO_CP_RULE5, broken, the code before: taken; cut-x28) */
+#ifdef NO_CP_RULE5
+#define CPREL 1
+#else
+#define CPREL (Wowner != 0 || Wheir != 0)
+#endif
+#define CPOK(x) (ncp < MAXCP && (CPMASK & (1 << x)) && inchain[x] && !closed[x] && mt[x] && Wowner != tag(x) && CPREL)
+proctype CP() {
+	byte c, jj, prevO, upto;
+	bit indoubt;
+	do
+	:: atomic {
+		if
+		:: CPOK(0) -> c = 0
+		:: CPOK(1) -> c = 1
+		:: CPOK(3) -> c = 3
+		fi;
+		outright(c, prevO, jj, upto, indoubt);
+		/* setOwnerEvents (FIX_MASK: the mask does not matter) */
+		maskTag = tag(c);
+		ncp++;
+		printf("MSC: control plane: conn %d takes the register outright -> oS %d key %d acted %d done %d inDoubt %d\n", c, WoS, Wkey, Wacted, Wdone, WiD)
+	   }
+	:: ncp >= MAXCP -> break
+	od
+}
+#endif
+
 #ifdef CHECK_HEIR
 /* At the end: a newcomer whose Synchronize succeeded is owner or heir
  * unless a later newcomer succeeded too (a failed one changes nothing). */
@@ -1233,6 +1358,9 @@ init {
 #endif
 #ifdef CHECK_HEIR
 		run Final();
+#endif
+#ifdef CPTAKE
+		run CP();
 #endif
 	}
 }

@@ -293,6 +293,10 @@ inline expire(g) {
   fi
 }
 
+/* awaitTakeBack's test (since f7b7ddf): the instance behind the owner  */
+/* name answers Status with Role OWNER and is not this one (me)          */
+#define TBOWNER (name != NONE && name != me && sock[name] && role[name] == OWNER)
+
 /* one instance out of a non-empty set, nondeterministically */
 inline pick(set, i) {
   if
@@ -588,6 +592,7 @@ inline claimBecomeOwner() {
 proctype Syncer(byte me; byte slot) {
   byte dec = D_NONE, h = NONE, s2 = NONE, o = NONE, from = NONE, oa = 0, pub = 0;
   byte gfrom = NONE, rr = NONE;       /* grant.from; the role ClaimThen returns */
+  bit rdy = 0;                        /* ClaimThen runs ready: owner, !c.superseded() */
   bool redirect = 1, unfenced = 0, locked = 0;
 end:
   do
@@ -705,24 +710,48 @@ done:
      atomic { alive[me] ->
        if :: locked && lock == me -> lock = NONE :: else fi;   /* defer unlock() */
        locked = 0; rr = role[me];     /* role, err := c.claim(ctx, w, &grant) */
-#ifdef CHECK_SYNC_ROLE
-       /* I7: ClaimThen runs ready (the author's Synchronize) if the     */
-       /* claim returned owner: the instance must then be the owner      */
-       /* (unless it is being stopped: Leave retires it)                 */
-       assert(rr != OWNER || leaving[me] || name == me);
+       /* since f7b7ddf: ready runs only if the claim returned owner and  */
+       /* the owner name leads here: role == OWNER && !c.superseded()     */
+       /* (a superseded owner retires at its next event); NO_SYNC_CHECK   */
+       /* (the code of eb09357): whenever the claim returned owner        */
+#ifndef NO_SYNC_CHECK
+       rdy = (rr == OWNER && name == me);
+#else
+       rdy = (rr == OWNER);
 #endif
        skip
      }
+#ifdef CHECK_SYNC_ROLE
+     /* I7: where ready (the author's Synchronize) starts, a step after   */
+     /* the superseded check (another instance may publish in between: an */
+     /* overdue take-back, F5): runBy starts ready only before settleBy   */
+     /* (since the control plane's model; NO_RUNBY_CHECK: the code        */
+     /* before, started whenever), and the check and the start are one    */
+     /* step (an overdue take-back comes at settleBy + 100 ms at the      */
+     /* earliest). Then the instance is the owner with the name (unless   */
+     /* it is being stopped: Leave retires it).                           */
+#ifndef NO_RUNBY_CHECK
+     atomic { alive[me] -> assert(!rdy || cexp[G] || leaving[me] || (name == me && role[me] == OWNER)) }
+#else
+     atomic { alive[me] -> assert(!rdy || leaving[me] || (name == me && role[me] == OWNER)) }
+#endif
+#endif
      if
-     :: rr == OWNER ->
+     :: rdy ->
         /* runBy(ctx, w.settleBy, ready): the author's Synchronize runs  */
         /* while the claim is unsettled (claiming) and the lock is free   */
         if
+#ifndef NO_RUNBY_CHECK
+        :: !cexp[G]                   /* ready returned nil in time: settle below */
+#else
         :: true                       /* ready returned nil in time: settle below */
-        :: atomic { alive[me] && notready < MAXNOTREADY ->
+#endif
+        :: atomic { alive[me] && (notready < MAXNOTREADY || cexp[G]) ->
+             /* (cexp: settleBy passed before ready started: runBy does  */
+             /* not start it, ErrNotReady)                                */
              /* ready failed or overran settleBy: ErrNotReady,            */
              /* c.demote(ROLE_STANDBY, "not ready: ...", true)            */
-             notready++;
+             if :: !cexp[G] -> notready++ :: else fi;
              if :: !closed[me] -> demoteStandby() :: else fi;   /* holdEvents(c.ctx) fails once closed */
              rr = STANDBY; serr[G] = 1;
              /* nobody to give ownership back to (no owner yielded to     */
@@ -738,9 +767,19 @@ done:
      :: rr != OWNER && gfrom != NONE ->
         /* granted (the owner accepted the Yield) but not settled as owner */
         atomic { alive[me] -> claiming[me] = 0 }   /* c.setClaiming(false): settled */
-        /* c.awaitTakeBack(grant.from, w.returnBy): poll Dir.ownerID()   */
-        /* until the owner name leads elsewhere                          */
+        /* c.awaitTakeBack(grant.from, w.returnBy): poll Status behind   */
+        /* the owner name until another instance answers as owner (since  */
+        /* f7b7ddf; OLD_TAKEBACK: the code of eb09357, poll Dir.ownerID() */
+        /* until the name leads elsewhere)                                */
 end_tb: if
+#ifndef OLD_TAKEBACK
+        :: atomic { alive[me] && ((TBOWNER) || closed[me]) -> skip }   /* Role == OWNER, another id; or c.ctx done */
+        :: atomic { alive[me] && !(TBOWNER) && !closed[me] && (!sock[gfrom] || closed[gfrom] || (awc[gfrom] != G && empty(wsq[gfrom]))) -> skip }
+           /* returnBy passed, and the predecessor is gone or its awaitClaim / */
+           /* takeBack is over without taking back: it never will              */
+        :: atomic { alive[me] && !(TBOWNER) && !closed[me] && overruns < MAXOVERRUN -> overruns++ }
+           /* returnBy passed while a take-back was still coming (a stall)     */
+#else
 #ifdef TAKEBACK_WINDOW
         :: atomic { alive[me] && (name != me || closed[me]) -> skip }   /* id != c.ownSocket, or c.ctx done */
 #else
@@ -756,6 +795,7 @@ end_tb: if
            /* takeBack is over without taking back: it never will              */
         :: atomic { alive[me] && name == me && !closed[me] && overruns < MAXOVERRUN -> overruns++ }
            /* returnBy passed while a take-back was still coming (a stall)     */
+#endif
         fi
      :: else
      fi;

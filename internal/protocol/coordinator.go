@@ -587,6 +587,13 @@ type claimGrant struct {
 // left running; its result is ignored.
 func runBy(clock Clock, parent context.Context, by time.Time, ready func(context.Context) error) error {
 	start := clock.Now()
+	if !start.Before(by) {
+		// Not started at all: past its settle deadline the claim is given
+		// back, and a yielded owner may take back (at settleBy plus
+		// takeBackGrace) at any moment, after which this instance is
+		// not the owner (model finding F5).
+		return fmt.Errorf("the plugin's Synchronize was not started: its deadline passed %v ago", start.Sub(by).Round(time.Millisecond))
+	}
 	ctx, cancel := clock.WithDeadline(parent, by)
 	defer cancel()
 	done := make(chan error, 1)

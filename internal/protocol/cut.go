@@ -143,7 +143,8 @@ type Decision struct {
 
 	// heirUnseen: an Overrun of rule 2 (see cutWord.heirUnseen), recordedKey the
 	// key of the event it declares; unseenMark: InDoubt from the mark of
-	// an heir's outright take after a release (takeCutLocked), not yet
+	// an outright take by a connection that was not seen for the recorded
+	// event (takeCutLocked: after a release, or from an owner), not yet
 	// counted.
 	heirUnseen, unseenMark bool
 	recordedKey            uint32

@@ -558,6 +558,120 @@ func TestCutOutrightTakeKeepsTheHeirsSighting(t *testing.T) {
 	}
 }
 
+// TestCutOutrightTakeFromALiveOwnerDeclaresItsLastKey: the control plane
+// takes the register outright (becomeOwner outside a Synchronize: a
+// take-back, a promotion, a stalled claim that resumes; model findings F4,
+// F8, F9) from an owner that acted on an event, for a standby connection
+// that may or may not have been called for it. The next event with that
+// key is, to the new owner, either the second call of the recorded event
+// or a new one that nobody else will be called for: declared in doubt,
+// not acted on, and not skipped unsaid (cut.pml CPTAKE, cut-x26: before,
+// only a take after a release marked it). The old owner, no longer owner,
+// does not act on it either.
+func TestCutOutrightTakeFromALiveOwnerDeclaresItsLastKey(t *testing.T) {
+	const kind = 1 << 3
+	for _, calledForIt := range []bool{false, true} {
+		d, owner, standby := newCutForTest(t, kind)
+		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
+			sightings: map[uint16]sighting{}, mainTag: standby}
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		if calledForIt && d.decide(standby, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the standby acted beside the owner")
+		}
+		c.mu.Lock()
+		taken := c.takeCutLocked(false)
+		c.mu.Unlock()
+		if taken.gapSince.IsZero() && c.gapHeir != standby {
+			t.Errorf("taken from another instance's connection: want a gap declared (now, or deferred to its first act)")
+		}
+		dec := d.decide(standby, 1, kind, caller{events: kind})
+		if dec.Act || !dec.InDoubt {
+			t.Fatalf("called for event 1 before the take: %v; event 2 (key 1 again) at the new owner: want declared in doubt, not acted on: %+v", calledForIt, dec)
+		}
+		if d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatalf("called for event 1 before the take: %v; the old owner acted after the take", calledForIt)
+		}
+		if dec := d.decide(standby, 2, kind, caller{events: kind}); !dec.Act || dec.InDoubt {
+			t.Fatalf("event 3 (key 2): the new owner must act: %+v", dec)
+		}
+	}
+}
+
+// TestCutOutrightTakeFromAReleasedRegisterWithAnHeir: the owner released
+// the register (owner 0) with an heir of another instance in the chain;
+// the control plane takes the register outright for a standby connection
+// in the middle of an event, after the owner's and the standby's calls
+// (both skipped: the heir was to act) and before the heir's. The heir, no
+// longer heir, skips too: nobody acts on that event, and the take must
+// declare it as a gap (cut.pml CPTAKE, cut-x27: before, only a take from
+// an owner did).
+func TestCutOutrightTakeFromAReleasedRegisterWithAnHeir(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, heir := newCutWithHeirForTest(t, kind)
+	standby := d.newConnTag()
+	c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
+		sightings: map[uint16]sighting{}, mainTag: standby}
+	if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+		t.Fatal("event 1: the owner did not act")
+	}
+	d.finish(owner, 1)
+	if d.decide(heir, 1, kind, caller{events: kind}).Act {
+		t.Fatal("event 1: the heir acted beside the owner")
+	}
+	release(d, owner)
+	saw := d.decide(standby, 2, kind, caller{events: kind, mayTakeOver: true})
+	if saw.Act {
+		t.Fatal("event 2: the standby acted while an heir was to")
+	}
+	c.sightings[standby] = saw.saw // as Decide records it: the standby is in the chain
+	c.mu.Lock()
+	taken := c.takeCutLocked(false)
+	c.mu.Unlock()
+	if dec := d.decide(heir, 2, kind, caller{events: kind}); dec.Act {
+		t.Fatalf("event 2: the heir acted after the register was taken from it: %+v", dec)
+	}
+	if taken.gapSince.IsZero() {
+		t.Fatal("event 2 reached nobody: the take must declare a gap")
+	}
+}
+
+// TestCutReleasedRegisterIsLeftToRule5: the owner releases the register
+// (no heir) between the standby's call of an event and its own; the
+// control plane makes the standby's instance owner meanwhile. Taken
+// outright, the register would make the releaser skip the event, which
+// the standby has skipped already: nobody acts on it, and nothing
+// declares it (cut.pml CPTAKE, cut-x28). Left as it is, the releaser takes
+// the event by rule 5, and the standby takes the next one.
+func TestCutReleasedRegisterIsLeftToRule5(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, standby := newCutForTest(t, kind)
+	c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
+		sightings: map[uint16]sighting{}, mainTag: standby}
+	if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+		t.Fatal("event 1: the owner did not act")
+	}
+	d.finish(owner, 1)
+	saw := d.decide(standby, 2, kind, caller{events: kind, mayTakeOver: true})
+	if saw.Act {
+		t.Fatal("event 2: the standby acted while the owner owned the register")
+	}
+	release(d, owner)
+	c.mu.Lock()
+	c.takeCutLocked(false)
+	c.mu.Unlock()
+	if dec := d.decide(owner, 2, kind, caller{events: kind, releaser: true}); !dec.Act {
+		t.Fatalf("event 2: the releaser must take the event nobody took: %+v", dec)
+	}
+	d.finish(owner, 2)
+	release(d, owner)
+	if dec := d.decide(standby, 3, kind, caller{events: kind, mayTakeOver: true, prev: saw.saw}); !dec.Act || dec.InDoubt {
+		t.Fatalf("event 3: the standby must take over by rule 5 and act: %+v", dec)
+	}
+}
+
 // TestCutRetryKeepsTheEventsCounter: a swap of decide that fails (a
 // concurrent write of the register: here the idle rule's re-arm) is
 // retried; the retry must compare the events counter as the first try

@@ -176,7 +176,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		c.tookOverFromOverrun(tag, d)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
-			Warn("in doubt: this event has the key of the one the leaving owner acted on last, before this connection took over unseen")
+			Warn("in doubt: this event has the key of the one the previous owner acted on last, before this connection took over unseen (the owner left, or the register was taken from it)")
 		c.countInDoubt()
 	case d.took:
 		c.log.WithField("conn", tag).Warn("nobody owned the plugin's events (the owner left without a successor seen); taking over")
@@ -372,15 +372,31 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			// The heirSeen of the heir this one replaces is not ours
 			// (model finding C2); quiet arms the idle rule.
 			w.heir, w.heirSeen, w.heirUnseen, w.quiet = tag, false, false, true
+		case w.owner == 0 && w.heir == 0 && !heir:
+			// Released with no heir, and not granted by the releaser:
+			// rule 5 gives it to the first connection that may take
+			// over, at its next call (the releaser's own included, for
+			// an event in progress). Taken here, between two calls of an
+			// event that the releaser was still to be called for, that
+			// event would reach nobody (cut.pml CPTAKE, cut-x28). A
+			// leaving owner that yields to a queued successor (queued.go)
+			// releases between events (holdBetweenEvents) and grants the
+			// take (heir).
+			return false
 		default:
 			t.inDoubt = w.acted && !w.done && w.owner != 0 && !w.inDoubt
 			w.inDoubt = w.inDoubt || t.inDoubt
 			// An heir taking over keeps its sighting of the recorded event
-			// (model finding C9). Unseen after a release, the recorded event
-			// may be one the owner acted on and this connection is still to
-			// be called for, or a new one with its key: rule 1 declares it.
+			// (model finding C9). Unseen, the recorded event may be one the
+			// owner acted on and this connection is still to be called
+			// for, or a new one with its key: rule 1 declares it. After a
+			// release, and also when the register is taken from an owner
+			// that may still be called (the control plane took it at any
+			// moment: a take-back, a promotion, a stalled claim; model
+			// findings F4, F8, F9, cut.pml CPTAKE, cut-x26): skipped unsaid
+			// otherwise.
 			seen := w.heir == tag && w.heirSeen
-			w.inDoubt = w.inDoubt || !seen && w.acted && w.owner == 0
+			w.inDoubt = w.inDoubt || !seen && w.acted
 			// A standby's mark of an event the owner was not called for
 			// (cutWord.unrecorded): in doubt.
 			t.inDoubt = t.inDoubt || w.unrecorded && w.owner != 0
@@ -397,7 +413,15 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			c.cfg.Dir.markDeadOwner(tag)
 		}
 	}
-	if _, live := c.conns[t.prev.owner]; outright && !heir && t.prev.owner != 0 && !live {
+	// Taken from another instance's connection that acts: the owner, or,
+	// after a release, the heir (it was to take over at its next call; a
+	// take in the middle of an event, before the heir's call, leaves that
+	// event to nobody: cut.pml CPTAKE, cut-x27).
+	actor := t.prev.owner
+	if actor == 0 && t.prev.heir != tag {
+		actor = t.prev.heir
+	}
+	if _, live := c.conns[actor]; outright && !heir && actor != 0 && !live {
 		if _, called := c.sightings[tag]; called {
 			t.gapSince = c.cfg.Dir.lastActed()
 			c.gapHeir = 0 // declared here, not again when it acts

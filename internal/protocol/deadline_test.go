@@ -304,3 +304,29 @@ func TestYieldForAbandonedRequestRefused(t *testing.T) {
 		t.Fatalf("an abandoned Yield changed the owner: %v -> %v", before, st)
 	}
 }
+
+// TestReadyNotStartedPastItsDeadline: a claim that stalled after it
+// returned owner, past its settle deadline, must not start the author's
+// Synchronize (ready): its yielded owner may take back at any moment from
+// then on, and the author's Synchronize would run on an instance that is
+// not the owner (model finding F5, handover.pml CHECK_SYNC_ROLE; before,
+// runBy started it and gave up on it at once). The error says why.
+func TestReadyNotStartedPastItsDeadline(t *testing.T) {
+	clock := newFakeClock()
+	by := clock.Now().Add(100 * time.Millisecond)
+	clock.Advance(150 * time.Millisecond)
+	started := make(chan struct{})
+	err := runBy(clock, context.Background(), by, func(context.Context) error {
+		close(started)
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "not started") {
+		t.Fatalf("runBy past its deadline: want an error saying ready was not started, got %v", err)
+	}
+	// A negative: a ready started in a goroutine runs within this bound.
+	select {
+	case <-started:
+		t.Fatal("ready was started past its deadline")
+	case <-time.After(100 * time.Millisecond):
+	}
+}
