@@ -57,8 +57,8 @@ func Diff(entries []Entry, pods []*api.PodSandbox, ctrs []*api.Container) (chang
 		} else {
 			recorded["c/"+e.ID] = true
 		}
-		if e.Pending != Unknown {
-			continue
+		if e.Pending != Unknown || e.State == Removed {
+			continue // in doubt, or handed already (the caller drops it)
 		}
 		switch e.Kind {
 		case Container:

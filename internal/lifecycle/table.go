@@ -23,6 +23,10 @@
 // empty, never a half-written entry. A state word whose checksum does not
 // match its ids is counted as unreadable and ignored.
 //
+// Late changes. A change a catch-up handed is marked late (EndLate): the
+// runtime may still send its event (it changed the state it lists before
+// sending it), and Begin then reports it handed, once.
+//
 // Writers and locking. Each entry is written by the instance that acts on
 // the event, right after the author's handler returned (the per-event cut
 // guarantees one actor per event, and events are serialized by the
@@ -119,13 +123,27 @@ type Entry struct {
 	// an instance began to act on and did not finish (it died or froze
 	// inside the author's handler): in doubt.
 	State, Pending State
+	// Late: State was handed by a catch-up (EndLate), and the runtime
+	// may still send its event (Begin then reports it handed). A late
+	// Removed entry stays until the next catch-up drops it.
+	Late bool
+	// Seq numbers the entry's last act (Begin, Set) among the record's
+	// writes: compared with Table.Seq read earlier, it tells an entry
+	// written since.
+	Seq uint64
 }
 
 // Slot is where an entry is, for End.
 type Slot struct {
-	i    int
-	word uint64 // the word Begin wrote
+	i      int
+	word   uint64 // the word Begin wrote
+	handed bool
 }
+
+// Handed reports that Begin found the change already handed to the
+// author by a catch-up (EndLate): the runtime sent the event after all,
+// and it must not reach the author again.
+func (s Slot) Handed() bool { return s.handed }
 
 // Valid reports whether Begin recorded the change (false: no record, or
 // no room).
@@ -137,28 +155,55 @@ const (
 	offLayout    = 0
 	offSlots     = 8
 	offOverflows = 16
+	offWrites    = 24 // the write counter (see Entry.Seq)
 	maxID        = 64
 	slotSize     = 8 + 2 + maxID + maxID + 6 // word, lengths, ids, padding to 8
 	maxProbe     = 64
 )
 
 // The state word: 0 empty, 1 deleted, else live: bit 1 set, kind in bits
-// 2-3, state in bits 4-7, pending in bits 8-11, the ids' checksum in bits
-// 32-63.
+// 2-3, state in bits 4-7, pending in bits 8-11, late in bit 12, the
+// write's sequence number in bits 13-47, the ids' checksum in bits 48-63.
 const (
 	wordEmpty   = 0
 	wordDeleted = 1
 	liveBit     = 2
+	lateBit     = 1 << 12
+	seqShift    = 13
+	seqMask     = 1<<35 - 1
 )
 
 func makeWord(k Kind, st, pend State, sum uint32) uint64 {
-	return liveBit | uint64(k&3)<<2 | uint64(st&15)<<4 | uint64(pend&15)<<8 | uint64(sum)<<32
+	return liveBit | uint64(k&3)<<2 | uint64(st&15)<<4 | uint64(pend&15)<<8 | uint64(sum&0xffff)<<48
+}
+
+func wordSeq(w uint64) uint64 { return w >> seqShift & seqMask }
+
+// withSeq is w stamped with the next write's sequence number. Call with
+// mu and mem mapped.
+func (t *Table) withSeq(w uint64) uint64 {
+	n := atomic.AddUint64(t.hword(offWrites), 1)
+	return w&^(seqMask<<seqShift) | (n&seqMask)<<seqShift
+}
+
+// Seq is the sequence number of the last write to the record (by any
+// instance): an entry whose Seq is larger was written after it.
+func (t *Table) Seq() uint64 {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return 0
+	}
+	return atomic.LoadUint64(t.hword(offWrites)) & seqMask
 }
 
 func wordKind(w uint64) Kind     { return Kind(w>>2) & 3 }
 func wordState(w uint64) State   { return State(w>>4) & 15 }
 func wordPending(w uint64) State { return State(w>>8) & 15 }
-func wordSum(w uint64) uint32    { return uint32(w >> 32) }
+func wordSum(w uint64) uint32    { return uint32(w >> 48) }
 
 // Table is an open record. Its methods are safe for concurrent use; a nil
 // *Table records nothing.
@@ -300,6 +345,7 @@ func checksum(k Kind, id, pod []byte) uint32 {
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write(pod)
 	s := h.Sum32()
+	s = (s ^ s>>16) & 0xffff
 	if s == 0 {
 		s = 1
 	}
@@ -374,15 +420,43 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 		}
 		t.setIDs(free, id, pod)
 		sid, spod := t.ids(free)
-		nw := makeWord(k, Unknown, to, checksum(k, sid, spod))
+		nw := t.withSeq(makeWord(k, Unknown, to, checksum(k, sid, spod)))
 		atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
 		return Slot{i: free, word: nw}
 	}
-	nw := w&^(15<<8) | uint64(to&15)<<8
+	if w&lateBit != 0 && to != Unknown && wordState(w) >= to {
+		// A catch-up handed this change (or a later one) already.
+		if wordState(w) != to {
+			return Slot{handed: true}
+		}
+		nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
+		if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
+			return Slot{handed: true}
+		}
+		return Slot{i: at, word: nw, handed: true}
+	}
+	nw := t.withSeq(w&^(15<<8) | uint64(to&15)<<8)
 	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
 		return Slot{}
 	}
 	return Slot{i: at, word: nw}
+}
+
+// EndLate is End for a change a catch-up handed: the entry is marked
+// late (see Entry.Late), and a removed one stays, as Removed, until the
+// next catch-up drops it.
+func (t *Table) EndLate(s Slot) {
+	if t == nil || !s.Valid() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	w := s.word
+	nw := w&^(15<<8|15<<4) | uint64(wordPending(w)&15)<<4 | lateBit
+	atomic.CompareAndSwapUint64(t.word(s.i), w, nw)
 }
 
 // End records that the change Begin recorded was acted on: the entry's
@@ -471,7 +545,7 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 		}
 		t.setIDs(free, id, pod)
 		sid, spod := t.ids(free)
-		atomic.StoreUint64(t.word(free), makeWord(k, st, Unknown, checksum(k, sid, spod)))
+		atomic.StoreUint64(t.word(free), t.withSeq(makeWord(k, st, Unknown, checksum(k, sid, spod))))
 		return true
 	}
 	if st != Removed && wordState(w) >= st {
@@ -484,7 +558,7 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 	if st == Removed {
 		nw = t.freed(at)
 	} else {
-		nw = w&^(15<<8|15<<4) | uint64(st&15)<<4
+		nw = t.withSeq(w&^(15<<8|15<<4) | uint64(st&15)<<4)
 	}
 	atomic.CompareAndSwapUint64(t.word(at), w, nw)
 	return true
@@ -514,7 +588,7 @@ func (t *Table) Entries() (entries []Entry, unreadable int) {
 			continue
 		}
 		entries = append(entries, Entry{Kind: k, ID: string(id), PodID: string(pod),
-			State: wordState(w), Pending: wordPending(w)})
+			State: wordState(w), Pending: wordPending(w), Late: w&lateBit != 0, Seq: wordSeq(w)})
 	}
 	return entries, unreadable
 }

@@ -49,8 +49,8 @@ func TestLifecycleSurvivesReopen(t *testing.T) {
 		t.Fatalf("reopened with %d slots, want 64", b.Slots())
 	}
 	want := []Entry{
-		{Kind: Container, ID: "ctr-1", PodID: "pod-1", State: Running},
-		{Kind: Pod, ID: "pod-1", State: Running},
+		{Kind: Container, ID: "ctr-1", PodID: "pod-1", State: Running, Seq: 3}, // the third write
+		{Kind: Pod, ID: "pod-1", State: Running, Seq: 1},
 	}
 	if got := entries(t, b); !reflect.DeepEqual(got, want) {
 		t.Fatalf("entries %+v, want %+v", got, want)
@@ -258,5 +258,43 @@ func TestDiff(t *testing.T) {
 		// "pending" resolved to stopped: its pod p2 is gone, so only its
 		// removal is left.
 		t.Fatalf("second diff %+v", again)
+	}
+}
+
+// A change a catch-up handed (EndLate) is reported handed when the
+// runtime sends its event after all, once; a later change acts as usual,
+// and a late removal stays until dropped.
+func TestLifecycleLateChangeIsHandedOnce(t *testing.T) {
+	a := open(t, t.TempDir(), 16)
+	a.End(a.Begin(Container, "c", "p", Created))
+	a.EndLate(a.Begin(Container, "c", "p", Running)) // the catch-up's Start
+	s := a.Begin(Container, "c", "p", Running)       // the runtime's Start, late
+	if !s.Handed() {
+		t.Fatal("the runtime's late Start was not found handed")
+	}
+	a.End(s)
+	if s := a.Begin(Container, "c", "p", Running); s.Handed() {
+		t.Fatal("a second Start found handed: the late mark is for one event")
+	}
+	s = a.Begin(Container, "c", "p", Stopped)
+	if s.Handed() {
+		t.Fatal("a stop nobody handed found handed")
+	}
+	a.End(s)
+	a.EndLate(a.Begin(Container, "c", "p", Removed)) // the catch-up's Remove
+	got := entries(t, a)
+	if len(got) != 1 || got[0].State != Removed || !got[0].Late {
+		t.Fatalf("entries %+v, want c removed, late", got)
+	}
+	if s := a.Begin(Container, "c", "p", Stopped); !s.Handed() {
+		t.Fatal("a stop after the handed removal was not found handed")
+	}
+	s = a.Begin(Container, "c", "p", Removed)
+	if !s.Handed() {
+		t.Fatal("the runtime's late Remove was not found handed")
+	}
+	a.End(s)
+	if got := entries(t, a); len(got) != 0 {
+		t.Fatalf("entries %+v after the late remove", got)
 	}
 }

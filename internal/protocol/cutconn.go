@@ -648,6 +648,14 @@ func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
 // instance acting since the last event acted on (see reportInDoubt).
 func (c *Coordinator) Gaps() uint64 { return c.gaps.Load() }
 
+// GapPending reports whether connection tag claimed while no connection
+// acted: its takeover of the register declares a gap (see takeCutLocked).
+func (c *Coordinator) GapPending(tag uint16) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return tag != 0 && c.gapHeir == tag
+}
+
 // ActedBefore reports whether any instance of the plugin has been called
 // for an event on this node since the handover directory was created (it
 // lives on a tmpfs: until the node reboots).
