@@ -177,8 +177,8 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	}
 	ctx = context.WithValue(ctx, catchingUpKey{}, true)
 	// A change an instance began and did not finish: it died or froze
-	// inside the author's handler with no instance to take over. In
-	// doubt, as an event the taking-over instance is handed would be.
+	// inside the author's handler with no instance to take over: in
+	// doubt.
 	pending := false
 	for _, e := range entries {
 		if e.Pending == lifecycle.Unknown {
@@ -193,7 +193,12 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			continue
 		}
 		act := p.cfg.atLeastOnce && ev != evRunPodSandbox && events.IsSet(nriEvents[ev])
-		p.inDoubt(ev, e.ID, act, "the instance acting on it died or froze inside the author's handler, and no instance took over (found at a catch-up)")
+		// The protocol's register recorded this event as acted on and
+		// not finished: the takeover declares it in doubt (log, count,
+		// the author's InDoubt by key). Here it is only not handed
+		// again, or, with WithAtLeastOnce, handed.
+		p.log.WithFields(logrus.Fields{"event": ev.String(), "object": e.ID, "acting": act}).
+			Warn("lifecycle record: a change the instance acting on it died or froze inside (in doubt, declared by the takeover)")
 		if act {
 			updates = append(updates, p.handChange(ctx, lifecycle.Change{Event: nriEvents[ev], Entry: e,
 				Container: findContainer(ctrs, e.ID), Pod: findPod(pods, podOf(e))})...)
