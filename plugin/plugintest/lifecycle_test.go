@@ -209,3 +209,50 @@ func TestOwnerKilledInsideAStopIsInDoubtNotHandedAgain(t *testing.T) {
 		t.Fatalf("%v", strings.Join(res.ChangesTwice, "; "))
 	}
 }
+
+// The only instance frozen (SIGSTOP) until the runtime drops it, while a
+// container stops and goes and a pod goes; then a new instance starts:
+// its catch-up hands each of those changes once, none also acted on.
+func TestFrozenOwnerDroppedThenLifecycleCatchUp(t *testing.T) {
+	n := newNode(t, Config{
+		Runtime: RuntimeOptions{RequestTimeout: 300 * time.Millisecond},
+		Plugin: func(string) (interface{}, []plugin.Option) {
+			return &lifeAuthor{}, []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+		},
+	})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	v1 := start(t, n, "1.0.0")
+	podA, err := rt.RunPod(ctx, "a")
+	must(t, err)
+	podB, err := rt.RunPod(ctx, "b")
+	must(t, err)
+	a1, err := rt.CreateContainer(ctx, podA.Id, "a1", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, a1.Id))
+	b1, err := rt.CreateContainer(ctx, podB.Id, "b1", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, b1.Id))
+
+	v1.Freeze()
+	// The first event waits out the request timeout: the runtime drops v1.
+	_ = rt.StopContainer(ctx, a1.Id)
+	must(t, rt.RemovePod(ctx, podB.Id))
+	start(t, n, "2.0.0")
+	v1.Thaw()
+	got := changesSince(n, 0)
+	// a1's stop included: the frozen instance never read that request
+	// (the kit's freeze, as SIGSTOP, stops its connection), so it reached
+	// nobody.
+	want := sorted("StopContainer "+a1.Id, "StopContainer "+b1.Id, "RemoveContainer "+b1.Id,
+		"StopPodSandbox "+podB.Id, "RemovePodSandbox "+podB.Id)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
+	}
+	res, err := n.Check()
+	must(t, err)
+	if res.ChangeDuplicates != 0 {
+		t.Fatalf("%v", res.ChangesTwice)
+	}
+}
