@@ -168,6 +168,10 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		p.log.WithFields(logrus.Fields{"objects": n, "slots": rec.Slots(), "record": rec.Path()}).
 			Warn("lifecycle record full: some pods or containers found no room in it, and their lifecycle changes in a window in which no instance acted cannot be known")
 	}
+	// Nobody acted since the connection's Configure: the list is not
+	// older than the record, and the listed objects it lacks can be
+	// added. Else one it lacks may have gone since the runtime listed it.
+	quiet := rec.Seq() == since
 	entries, unreadable := rec.Entries()
 	entries = olderThan(entries, since)
 	if unreadable != 0 {
@@ -232,9 +236,16 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		}
 		rec.Set(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
 	}
+	known := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		known[e.Kind.String()+"/"+e.ID] = true
+	}
 	for _, s := range sets {
 		if s.Kind == lifecycle.Pod && !p.recPods && s.State != lifecycle.Removed {
 			continue // the author handles no pod change: pods are not recorded
+		}
+		if !quiet && !known[s.Kind.String()+"/"+s.ID] {
+			continue // listed, not recorded: may be gone since (see quiet)
 		}
 		rec.Set(s.Kind, s.ID, s.PodID, s.State)
 	}

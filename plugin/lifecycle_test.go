@@ -147,3 +147,57 @@ func TestStopHandedByACatchUpIsNotHandedAgain(t *testing.T) {
 		t.Fatalf("caught up %v, stops %v; want [c1], [c2]", author.caughtUp, author.stops)
 	}
 }
+
+// removeAuthor handles stops and removals.
+type removeAuthor struct{ stopAuthor }
+
+func (*removeAuthor) RemoveContainer(context.Context, *api.PodSandbox, *api.Container) error {
+	return nil
+}
+
+// A list older than the record (the instance's other connection acted
+// between this connection's Configure and its Synchronize) does not bring
+// back a container removed meanwhile: a later catch-up would hand its
+// stop and removal although they were acted on.
+func TestStaleListDoesNotResurrect(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	root, err := os.MkdirTemp("", "nhl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	p, err := New(&removeAuthor{}, WithVersion("1.0.0"), WithPluginName("stale"), WithPluginIdx("10"),
+		WithHandoverDir(root), WithInstanceID("s1"), WithLogger(logrus.NewEntry(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.release)
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod-1"}
+	c := &api.Container{Id: "c1", PodSandboxId: pod.Id, State: api.ContainerState_CONTAINER_RUNNING}
+	if _, _, err := a.CreateContainer(ctx, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	since := p.rec.Seq() // the new connection's Configure; the runtime lists c1
+	if _, err := a.StopContainer(ctx, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RemoveContainer(ctx, pod, c); err != nil {
+		t.Fatal(err)
+	}
+	var events api.EventMask
+	events.Set(api.Event_STOP_CONTAINER)
+	events.Set(api.Event_REMOVE_CONTAINER)
+	p.catchUpLifecycle(ctx, events, since, []*api.PodSandbox{pod}, []*api.Container{c})
+	if es, _ := p.rec.Entries(); len(es) != 0 {
+		t.Fatalf("entries %+v after a catch-up with a stale list, want none", es)
+	}
+	p.catchUpLifecycle(ctx, events, p.rec.Seq(), nil, nil) // the next gap: the pod is gone
+	if st := p.Stats(); st.CaughtUpChanges != 0 {
+		t.Fatalf("%d changes handed, want none (all were acted on)", st.CaughtUpChanges)
+	}
+}
