@@ -306,7 +306,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if gaveUp {
 			return errors.New("the claim gave up before the catch-up")
 		}
-		if !p.lifecycleGap(a.tag) {
+		if !p.lifecycleGap() {
 			// No window without an instance acting since the last
 			// catch-up: nothing to hand, and a list taken just before
 			// this Synchronize may lag the record (a container created

@@ -122,14 +122,14 @@ func eventOfChange(e api.Event) eventKind {
 	return evRunPodSandbox
 }
 
-// lifecycleGap reports whether the owner's Synchronize on connection tag
-// ends a window in which no instance acted: this claim took the register
-// from a connection that did not act (protocol.Coordinator.GapPending),
-// or this instance declared a gap since its last lifecycle catch-up (a
-// promotion, or a takeover at an event, whose catch-up this is). It
-// notes the gaps as caught up.
-func (p *Plugin) lifecycleGap(tag uint16) bool {
-	pending := p.coord.GapPending(tag)
+// lifecycleGap reports whether the owner's Synchronize ends a window in
+// which no instance acted: a connection of this instance claimed or was
+// promoted while none acted and is to declare the gap
+// (protocol.Coordinator.GapPending), or this instance declared a gap since
+// its last lifecycle catch-up (a promotion, or a takeover at an event,
+// whose catch-up this is). It notes the gaps as caught up.
+func (p *Plugin) lifecycleGap() bool {
+	pending := p.coord.GapPending()
 	gaps := p.coord.Gaps()
 	if pending {
 		gaps++ // declared when this connection takes the register

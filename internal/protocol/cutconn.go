@@ -648,12 +648,13 @@ func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
 // instance acting since the last event acted on (see reportInDoubt).
 func (c *Coordinator) Gaps() uint64 { return c.gaps.Load() }
 
-// GapPending reports whether connection tag claimed while no connection
-// acted: its takeover of the register declares a gap (see takeCutLocked).
-func (c *Coordinator) GapPending(tag uint16) bool {
+// GapPending reports whether a connection of this instance claimed, or
+// was promoted, while no connection acted: it declares a gap when it takes
+// the register or acts (see takeCutLocked).
+func (c *Coordinator) GapPending() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return tag != 0 && c.gapHeir == tag
+	return c.gapHeir != 0
 }
 
 // ActedBefore reports whether any instance of the plugin has been called
