@@ -26,10 +26,6 @@ type handlers struct {
 	// handed, if set, is told of the containers the harness hands the
 	// author's Synchronize as unprocessed.
 	handed func(ids []string)
-	// caughtUp, if set, is told of each lifecycle change a catch-up hands
-	// the author (plugin.CatchingUp); such a call is not recorded in the
-	// ledger.
-	caughtUp func(ev Event, id string)
 
 	mu         sync.Mutex
 	configured api.EventMask // the last subscription (0 before Configure)
@@ -186,18 +182,6 @@ func (h *handlers) InDoubt(ctx context.Context, event, id string, acting bool) {
 	}
 }
 
-// note records a lifecycle handler's call: in the ledger, or, for a
-// change a catch-up hands (plugin.CatchingUp), as caught up.
-func (h *handlers) note(ctx context.Context, ev Event, id string) {
-	if plugin.CatchingUp(ctx) {
-		if h.caughtUp != nil {
-			h.caughtUp(ev, id)
-		}
-		return
-	}
-	h.record(ev, id)
-}
-
 func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	h.record(EventRunPodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.RunPodInterface); ok {
@@ -223,7 +207,7 @@ func (h *handlers) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox
 }
 
 func (h *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.note(ctx, EventStopPodSandbox, pod.GetId())
+	h.record(EventStopPodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.StopPodInterface); ok {
 		return a.StopPodSandbox(ctx, pod)
 	}
@@ -231,7 +215,7 @@ func (h *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 }
 
 func (h *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.note(ctx, EventRemovePodSandbox, pod.GetId())
+	h.record(EventRemovePodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.RemovePodInterface); ok {
 		return a.RemovePodSandbox(ctx, pod)
 	}
@@ -258,7 +242,7 @@ func (h *handlers) PostCreateContainer(ctx context.Context, pod *api.PodSandbox,
 }
 
 func (h *handlers) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.note(ctx, EventStartContainer, c.GetId())
+	h.record(EventStartContainer, c.GetId())
 	if a, ok := h.author.(stub.StartContainerInterface); ok {
 		return a.StartContainer(ctx, pod, c)
 	}
@@ -290,7 +274,7 @@ func (h *handlers) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox,
 }
 
 func (h *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
-	h.note(ctx, EventStopContainer, c.GetId())
+	h.record(EventStopContainer, c.GetId())
 	if a, ok := h.author.(stub.StopContainerInterface); ok {
 		return a.StopContainer(ctx, pod, c)
 	}
@@ -298,7 +282,7 @@ func (h *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, c *ap
 }
 
 func (h *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.note(ctx, EventRemoveContainer, c.GetId())
+	h.record(EventRemoveContainer, c.GetId())
 	if a, ok := h.author.(stub.RemoveContainerInterface); ok {
 		return a.RemoveContainer(ctx, pod, c)
 	}
