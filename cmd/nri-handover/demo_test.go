@@ -169,7 +169,7 @@ func TestDemoFaultsInEveryMode(t *testing.T) {
 				t.Errorf("faults %v, want %d", rep.Faults, faults)
 			}
 			if rep.Duplicates != 0 || rep.FailedCreates != 0 || rep.InDoubt > faults {
-				t.Errorf("duplicates %d, failed creates %d, in doubt %d (faults %d)", rep.Duplicates, rep.FailedCreates, rep.InDoubt, faults)
+				t.Errorf("duplicates %d, failed creates %d, in doubt %d (faults %d); faults %v:\n%s", rep.Duplicates, rep.FailedCreates, rep.InDoubt, faults, rep.Faults, problems)
 			}
 			if rep.MissedUndeclared > knownUndeclared {
 				t.Errorf("%d missed events undeclared (known: up to %d):\n%s", rep.MissedUndeclared, knownUndeclared, problems)
