@@ -1059,12 +1059,8 @@ func (c *Coordinator) yieldLocked(ctx context.Context, taker *api.Instance, held
 		// An event handler of this instance has not returned by the
 		// taker's deadline: answering now would not be atomic with it.
 		return refuse("an event handler did not return by the taker's claim deadline")
-	case taker.GetPlugin() != c.self.Plugin:
-		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
-	case taker.GetId() == "" || taker.GetId() == c.self.Id:
-		return refuse("taker has no distinct instance id")
-	case stamp.ValidateInstance(taker.GetId()) != nil:
-		return refuse(fmt.Sprintf("taker id %q is not an instance id", taker.GetId()))
+	case c.takerProblem(taker) != "":
+		return refuse(c.takerProblem(taker))
 	case c.role == api.Role_ROLE_OWNER && c.superseded():
 		// A request that waited while this instance was unresponsive; its
 		// sender took over by force meanwhile.
@@ -1544,4 +1540,19 @@ func (s *service) Watch(ctx context.Context, req *api.WatchRequest) (*api.WatchR
 
 func (s *service) Queued(ctx context.Context, req *api.QueuedRequest) (*api.QueuedResponse, error) {
 	return s.c.queued(ctx, req), nil
+}
+
+// takerProblem says what is wrong with taker as another instance of this
+// plugin asking for ownership (a Yield or a Queued request); "" if
+// nothing is.
+func (c *Coordinator) takerProblem(taker *api.Instance) string {
+	switch {
+	case taker.GetPlugin() != c.self.Plugin:
+		return fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin)
+	case taker.GetId() == "" || taker.GetId() == c.self.Id:
+		return "taker has no distinct instance id"
+	case stamp.ValidateInstance(taker.GetId()) != nil:
+		return fmt.Sprintf("taker id %q is not an instance id", taker.GetId())
+	}
+	return ""
 }

@@ -154,18 +154,7 @@ func TestCutFreshTakerOfAnOverrunDeclaresTheGap(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			newCoord := func(id string) *Coordinator {
-				logger := logrus.New()
-				logger.SetOutput(io.Discard)
-				c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: id, Version: "1", StartedUnixNano: 1},
-					Log: logrus.NewEntry(logger)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			a, b := newCoord("a"), newCoord("b")
+			a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
 			owner, taker := a.Conn(kind), b.Conn(kind)
 			b.mu.Lock()
 			b.mainTag = taker // b's newest connection: it may take over
@@ -216,18 +205,7 @@ func TestCutFreshTakerOfASkippedOwnerDeclaresTheGap(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			newCoord := func(id string) *Coordinator {
-				logger := logrus.New()
-				logger.SetOutput(io.Discard)
-				c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: id, Version: "1", StartedUnixNano: 1},
-					Log: logrus.NewEntry(logger)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { c.Close() })
-				return c
-			}
-			a, b := newCoord("a"), newCoord("b")
+			a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
 			owner, taker := a.Conn(kind), b.Conn(kind)
 			b.mu.Lock()
 			b.mainTag = taker
@@ -287,14 +265,7 @@ func TestCutPromotionBeforeTheAppendDeclaresTheGapWhenItActs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			logger := logrus.New()
-			logger.SetOutput(io.Discard)
-			c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: "b", Version: "1", StartedUnixNano: 1},
-				Log: logrus.NewEntry(logger)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := newQuietCoord(t, d, "b")
 			const gone = 900 // the owner's connection, of an instance that died
 			d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: gone}; return true })
 			d.recordAct()
@@ -330,4 +301,19 @@ func TestCutPromotionBeforeTheAppendDeclaresTheGapWhenItActs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newQuietCoord is a coordinator of instance id of plugin "cut" on d that
+// logs nothing, closed at the test's end.
+func newQuietCoord(t *testing.T, d *Dir, id string) *Coordinator {
+	t.Helper()
+	logger := logrus.New()
+	logger.SetOutput(io.Discard)
+	c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: id, Version: "1", StartedUnixNano: 1},
+		Log: logrus.NewEntry(logger)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

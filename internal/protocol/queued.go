@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nri-handover/nri-handover/internal/protocol/api"
-	"github.com/nri-handover/nri-handover/stamp"
 )
 
 // A leaving owner waits for a successor to claim inside the Synchronize of
@@ -58,13 +57,8 @@ func (c *Coordinator) queued(ctx context.Context, req *api.QueuedRequest) *api.Q
 		c.mu.Unlock()
 		return &api.QueuedResponse{Reason: reason, Epoch: epoch}
 	}
-	switch {
-	case taker.GetPlugin() != c.self.Plugin:
-		return refuse(fmt.Sprintf("taker is plugin %q, not %q", taker.GetPlugin(), c.self.Plugin))
-	case taker.GetId() == "" || taker.GetId() == c.self.Id:
-		return refuse("taker has no distinct instance id")
-	case stamp.ValidateInstance(taker.GetId()) != nil:
-		return refuse(fmt.Sprintf("taker id %q is not an instance id", taker.GetId()))
+	if why := c.takerProblem(taker); why != "" {
+		return refuse(why)
 	}
 	// Atomic with this instance's event handling, as a yield is, and
 	// between two events at the runtime; bounded by the request (a handler
