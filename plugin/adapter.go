@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nri-handover/nri-handover/internal/protocol"
 	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
@@ -307,6 +308,18 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			}
 		}
 		if p.coord.ActedBefore() {
+			// Noted by an instance that died before its catch-up: handed
+			// by this one unless listed (then handed above) or synchronized.
+			mine := make(map[string]bool, len(took)+len(ctrs))
+			for _, c := range took {
+				mine[c.GetId()] = true
+			}
+			for _, c := range ctrs {
+				mine[c.GetId()] = true
+			}
+			fresh = append(fresh, p.goneInstancesMissed(ctx, mine, synced)...)
+		}
+		if p.coord.ActedBefore() {
 			// An instance of this plugin acted on this node before: these
 			// were created while none did (a catch-up).
 			p.caughtUp.Add(uint64(len(fresh)))
@@ -360,6 +373,8 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		keepStopped := p.handles.IsSet(api.Event_REMOVE_CONTAINER)
 		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] || keepStopped }); rerr != nil {
 			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
+		} else if rerr := p.dir.DropMissed(handed); rerr != nil {
+			p.log.WithError(rerr).Warn("cannot drop the notes of the missed creations handed")
 		}
 	}
 	if errors.Is(err, protocol.ErrNotReady) {
@@ -443,6 +458,7 @@ func (a *adapter) noteMissedCreation(event eventKind, c *api.Container) {
 	p.missed[id] = c
 	p.log.WithFields(logrus.Fields{"container": id, "event": event.String()}).
 		Warn("a container no instance processed at its creation (created while no instance was in the runtime's chain, listed to none): handing it to the author as unprocessed")
+	p.noteMissedDurably(c)
 	p.requestCatchUp()
 }
 
@@ -488,7 +504,69 @@ func (a *adapter) noteRemoval(c *api.Container) {
 	p.missed[id] = c
 	p.log.WithFields(logrus.Fields{"container": id, "event": evRemoveContainer.String()}).
 		Warn("a container no instance processed at its creation (created while no instance was in the runtime's chain, listed to none): handing it to the author as unprocessed")
+	p.noteMissedDurably(c)
 	p.requestCatchUp()
+}
+
+// noteMissedDurably keeps the note of a missed creation in the handover
+// directory as well (see protocol.Dir.NoteMissed): killed before its
+// catch-up, this instance leaves it to the next owner's catch-up, even if
+// the container is gone from the runtime's list by then.
+func (p *Plugin) noteMissedDurably(c *api.Container) {
+	b, err := proto.Marshal(c)
+	if err == nil {
+		err = p.dir.NoteMissed(c.GetId(), p.self.Id, b)
+	}
+	if err != nil {
+		p.log.WithError(err).WithField("container", c.GetId()).
+			Warn("cannot keep the note of a missed creation; if this instance dies before its catch-up, the container is not handed")
+	}
+}
+
+// goneInstancesMissed returns the missed creations noted by instances
+// that are gone (see noteMissedDurably), except those in mine (listed, or
+// this instance's own): a catch-up hands them. The notes of containers in
+// synced (handed meanwhile) are dropped.
+func (p *Plugin) goneInstancesMissed(ctx context.Context, mine map[string]bool, synced map[string]protocol.SyncedBy) []*api.Container {
+	notes, err := p.dir.NotedMissed()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot read the missed creations other instances noted")
+		return nil
+	}
+	var (
+		out    []*api.Container
+		stale  []string
+		goneBy = map[string]bool{}
+	)
+	for id, n := range notes {
+		if _, ok := synced[id]; ok {
+			stale = append(stale, id)
+			continue
+		}
+		if n.Instance == p.self.Id || mine[id] {
+			continue
+		}
+		gone, asked := goneBy[n.Instance]
+		if !asked {
+			gone = p.dir.InstanceGone(ctx, n.Instance)
+			goneBy[n.Instance] = gone
+		}
+		if !gone {
+			continue // it hands them itself
+		}
+		c := &api.Container{}
+		if err := proto.Unmarshal(n.Container, c); err != nil || c.GetId() != id {
+			p.log.WithError(err).WithField("container", id).Warn("a note of a missed creation cannot be read; not handing it")
+			continue
+		}
+		p.log.WithFields(logrus.Fields{"container": id, "noted_by": n.Instance}).
+			Warn("a missed creation noted by an instance that is gone before its catch-up: handing it to the author as unprocessed")
+		out = append(out, c)
+	}
+	if err := p.dir.DropMissed(stale); err != nil {
+		p.log.WithError(err).Warn("cannot drop the notes of missed creations handed before")
+	}
+	return out
 }
 
 // takeMissed returns the missed creations still to be handed and marks

@@ -854,6 +854,8 @@ func (p *Plugin) handMissedNow() {
 	by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
 	if err := p.dir.RecordSyncedUnstamped(handed, by, func(string) bool { return true }); err != nil {
 		p.log.WithError(err).Warn("cannot record the missed creations handed; a later owner may hand them again")
+	} else if err := p.dir.DropMissed(handed); err != nil {
+		p.log.WithError(err).Warn("cannot drop the notes of the missed creations handed")
 	}
 	if len(updates) != 0 {
 		if _, err := p.UpdateContainers(updates); err != nil {

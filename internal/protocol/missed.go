@@ -1,0 +1,130 @@
+package protocol
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The missed creations noted and not handed yet.
+//
+// An instance that acts on a later event of a container whose creation no
+// instance processed (no stamp, not in the synced-unstamped record) hands
+// that container to its author at its next catch-up. Until then only that
+// instance knows of it: killed before the catch-up, with the container
+// stopped or removed before any other instance's Synchronize could list
+// it, the container was never handed (the demo, mode cri-o, -faults 10,
+// about one run in two). So the note is kept here as well, one file per
+// container (missedDirName/<id>: the noting instance's id, a newline, the
+// container as the runtime last described it), written before the
+// catch-up is asked for and removed once a catch-up has handed the
+// container and recorded it synchronized. A catch-up of another instance
+// hands the notes of an instance that is gone (NotedMissed, InstanceGone).
+
+const missedDirName = "missed"
+
+// MissedNote is a noted missed creation: the instance that noted it and
+// the container, encoded by the caller.
+type MissedNote struct {
+	Instance  string
+	Container []byte
+}
+
+// NoteMissed records that instance noted the missed creation of container
+// id, encoded as container. The file is replaced by a rename, so a reader
+// sees a whole note or none.
+func (d *Dir) NoteMissed(id, instance string, container []byte) error {
+	if err := validNoteName(id); err != nil {
+		return fmt.Errorf("note missed creation: %w", err)
+	}
+	if instance == "" || strings.ContainsAny(instance, "\n/") {
+		return fmt.Errorf("note missed creation of %s: bad instance %q", id, instance)
+	}
+	dir := filepath.Join(d.path, missedDirName)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("note missed creation of %s: %w", id, err)
+	}
+	tmp := filepath.Join(dir, "."+id+".tmp")
+	b := append([]byte(instance+"\n"), container...)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("note missed creation of %s: %w", id, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, id)); err != nil {
+		return fmt.Errorf("note missed creation of %s: %w", id, err)
+	}
+	return nil
+}
+
+// NotedMissed returns the noted missed creations by container id. A note
+// that cannot be read is skipped (a later call may read it).
+func (d *Dir) NotedMissed() (map[string]MissedNote, error) {
+	dir := filepath.Join(d.path, missedDirName)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]MissedNote{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read missed creations: %w", err)
+	}
+	out := make(map[string]MissedNote, len(entries))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // dropped meanwhile
+		}
+		inst, ctr, ok := bytes.Cut(b, []byte("\n"))
+		if !ok || len(inst) == 0 {
+			continue
+		}
+		out[e.Name()] = MissedNote{Instance: string(inst), Container: ctr}
+	}
+	return out, nil
+}
+
+// DropMissed removes the notes of the containers ids (handed, and recorded
+// in the synced-unstamped record). A missing note is no error.
+func (d *Dir) DropMissed(ids []string) error {
+	var errs []error
+	for _, id := range ids {
+		if validNoteName(id) != nil {
+			continue
+		}
+		err := os.Remove(filepath.Join(d.path, missedDirName, id))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drop missed creations: %w", err)
+	}
+	return nil
+}
+
+// InstanceGone reports whether the instance id no longer serves its
+// handover socket: the socket is missing or refuses connections (the
+// kernel refuses them once the process is gone; a frozen process still
+// accepts). Any other failure counts as alive.
+func (d *Dir) InstanceGone(ctx context.Context, id string) bool {
+	c, err := Dial(ctx, d.InstanceSocket(id))
+	if err != nil {
+		return errors.Is(err, ErrNoInstance)
+	}
+	_ = c.Close()
+	return false
+}
+
+// validNoteName checks that a container id can name a note's file.
+func validNoteName(id string) error {
+	if id == "" || strings.HasPrefix(id, ".") || strings.ContainsAny(id, "/\x00") {
+		return fmt.Errorf("container id %q cannot name a file", id)
+	}
+	return nil
+}

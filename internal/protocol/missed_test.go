@@ -1,0 +1,76 @@
+package protocol
+
+import (
+	"context"
+	"net"
+	"testing"
+)
+
+// A note is read back whole, by container id, until it is dropped; ids
+// that cannot name a file are refused, and dropping a missing note is no
+// error.
+func TestMissedNotesRoundTrip(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if got, err := d.NotedMissed(); err != nil || len(got) != 0 {
+		t.Fatalf("no notes yet: got %v, %v", got, err)
+	}
+	body := []byte("a\nbinary\x00body")
+	if err := d.NoteMissed("ctr-1", "i01", body); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.NoteMissed("ctr-2", "i02", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", ".hidden", "a/b"} {
+		if err := d.NoteMissed(bad, "i01", body); err == nil {
+			t.Errorf("NoteMissed(%q) accepted", bad)
+		}
+	}
+	if err := d.NoteMissed("ctr-3", "bad\ninstance", body); err == nil {
+		t.Error("an instance id with a newline was accepted")
+	}
+	got, err := d.NotedMissed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got["ctr-1"].Instance != "i01" || string(got["ctr-1"].Container) != string(body) || got["ctr-2"].Instance != "i02" {
+		t.Fatalf("notes %q", got)
+	}
+	if err := d.DropMissed([]string{"ctr-1", "ctr-9"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.NotedMissed(); len(got) != 1 || got["ctr-2"].Instance != "i02" {
+		t.Fatalf("after dropping ctr-1: %q", got)
+	}
+}
+
+// An instance is gone when its socket is missing or refuses connections,
+// not while it listens.
+func TestInstanceGone(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	if !d.InstanceGone(ctx, "never") {
+		t.Error("an instance without a socket is not gone")
+	}
+	l, err := net.Listen("unix", d.InstanceSocket("live"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.InstanceGone(ctx, "live") {
+		t.Error("a listening instance is gone")
+	}
+	// Closed without removing the file, as a killed process leaves it.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if !d.InstanceGone(ctx, "live") {
+		t.Error("an instance whose socket refuses connections is not gone")
+	}
+}
