@@ -151,6 +151,13 @@ type Decision struct {
 	// skippedOwner: rule 4 (the owner was not called for the event of
 	// this connection's previous call).
 	skippedOwner bool
+	// handedUnacted: with skippedOwner, the register's recorded event
+	// (recordedKey) was not acted on: the previous owner handed it over
+	// at that event, and its heir, now owner, was dropped by the runtime
+	// before it was called for it (frozen right after the handover: the
+	// demo, mode cri-o, -faults). It is declared too: two events, the
+	// recorded one and the one of the previous call, reached no handler.
+	handedUnacted bool
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
 	// first, and the owner never, is declared in doubt.
@@ -351,6 +358,12 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			// 4: the owner was not called for the previous event: it is
 			// gone from the chain (that event is in doubt); this one is new.
 			dec.Overrun, dec.Promoted, dec.Act, dec.skippedOwner = true, true, true, true
+			// The recorded event, if nobody acted on it, was handed over
+			// to the owner (rule 2) and the runtime dropped it before it
+			// was called: it reached no handler either (see
+			// Decision.handedUnacted).
+			dec.handedUnacted = !w.acted && !w.inDoubt
+			dec.recordedKey = w.key
 			newEvent = true
 			w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
 		} else if !isOwner && w.overran() {

@@ -173,6 +173,11 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		}
 		c.catchUp()
 	case d.Overrun:
+		if d.handedUnacted {
+			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
+				Warn("in doubt: the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
+			c.countInDoubt()
+		}
 		c.tookOverFromOverrun(tag, d)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
