@@ -78,6 +78,9 @@
  *            handler and drops it; the handler finishes later (Late) or
  *            never (NO_LATE);
  *   DROP     the runtime drops the owner's connection between events;
+ *   DROP_MID the runtime drops the owner's connection between two calls
+ *            of an event, before its own (NO_HANDED: without the old
+ *            owner's sighting of its handover, the code before, cut-x29);
  *   RELEASE  connection 0 leaves (releaseCut, left, disconnect), GONE adds
  *            the heir's PromoteWhenIdle "predecessor gone" takeover
  *            (takeCutLocked outright: it keeps the heir's seen bit as
@@ -246,6 +249,7 @@ byte maskTag = 1;
 byte Wev = 0;
 bit sgv[NC];
 bit sfirst[NC];
+bit shand[NC];   /* sighting.handed: the sighting of the owner's own handover (rule 2) */
 byte sown[NC];
 byte scnt[NC];
 byte sev[NC];
@@ -349,7 +353,7 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
  * released after this connection's call and before its own) */
 #define R5QUIET (sgv[c] && ev0 == scnt[c])
 #ifdef FIX_R5
-#define R5SKIPPED (R5QUIET && sfirst[c] && sown[c] != 0)
+#define R5SKIPPED (R5QUIET && sfirst[c] && sown[c] != 0 && !(shand[c] && Wacted))
 #else
 #define R5SKIPPED 0
 #endif
@@ -371,6 +375,9 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #else
 #define DECLARE_SKIPPED(c) decl[sev[c]] = decl[sev[c]] | 2
 #endif
+/* the event of the sighting: after its own handover (shand), the handed
+ * event itself, which the word records (Decision.skippedHanded) */
+#define DECLARE_SIGHTED(c) if :: shand[c] -> decl[sev[c]] = decl[sev[c]] | 2 :: else -> DECLARE_SKIPPED(c) fi
 
 /* One request of the runtime to connection c for event e with key k: Dir.decide
  * (cut.go) exactly, then the handler and Dir.finish. */
@@ -413,7 +420,7 @@ inline call(c, e, k) {
 #endif
 				:: else ->
 					if
-					:: mt[c] && sgv[c] && sfirst[c] && Wowner != 0 && SAMEOWNER && evcount == scnt[c] && MASKOK && RULE4 -> plan = P_R4
+					:: mt[c] && sgv[c] && sfirst[c] && Wowner != 0 && SAMEOWNER && evcount == scnt[c] && MASKOK && RULE4 && !(shand[c] && (WoS || Wacted)) -> plan = P_R4
 					:: else ->
 						if
 						:: mt[c] && OVERRAN && Wkey == k -> plan = P_R3D
@@ -440,7 +447,7 @@ inline call(c, e, k) {
 				:: else
 				fi;
 #endif
-				sgv[c] = 1; sfirst[c] = (Wkey != k); sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
+				sgv[c] = 1; sfirst[c] = (Wkey != k); shand[c] = 0; sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
@@ -475,12 +482,23 @@ inline call(c, e, k) {
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
 					if
-					:: plan == P_R4 -> DECLARE_SKIPPED(c); ndecl++
+					:: plan == P_R4 ->
+						DECLARE_SIGHTED(c); ndecl++;
+						/* Decision.handedUnacted: the recorded event, handed
+						 * over and acted on by nobody, declared too */
+#ifndef NO_HANDED
+						if
+						:: !shand[c] && !Wacted && !WiD && Wev > 0 -> decl[Wev - 1] = decl[Wev - 1] | 2
+						:: else
+						fi
+#else
+						skip
+#endif
 					:: plan == P_R3N -> decl[Wev - 1] = decl[Wev - 1] | 1; ndecl++
 					/* Coordinator.Decide: for a releaser's take, the
 					 * releaser case comes first (no tookOverFromOverrun):
 					 * its Overrun is not reported */
-					:: plan == P_R5 && R5SKIPPED && !rls -> DECLARE_SKIPPED(c); ndecl++
+					:: plan == P_R5 && R5SKIPPED && !rls -> DECLARE_SIGHTED(c); ndecl++
 					:: plan == P_R5 && !(R5SKIPPED && !rls)
 					fi;
 					FRESH(tag(c)); Wkey = k; Wev = e + 1; act = 1
@@ -552,7 +570,7 @@ inline call(c, e, k) {
 						Wowner = tag(c); Wheir = 0; WoS = 1; Wacted = 1; act = 1
 					:: !isH && isO && Wheir != 0 && WhS && Wkey != k ->
 						/* hand over; the new owner acts when called */
-						Wowner = Wheir; Wheir = 0; WoS = 0; Wacted = 0
+						Wowner = Wheir; Wheir = 0; WoS = 0; Wacted = 0; hov = 1
 					:: !isH && !(isO && Wheir != 0 && WhS && Wkey != k) ->
 						WoS = 1; Wacted = 1; act = 1
 					fi;
@@ -586,6 +604,18 @@ inline call(c, e, k) {
 				:: else
 				fi;
 				sgv[c] = 0;   /* decide returns no sighting */
+				shand[c] = 0;
+#ifdef NO_HANDED
+				hov = 0;
+#endif
+				if
+				:: hov ->
+					/* but a handover's: the heir, called after it for
+					 * this event, marks the word (rule 4 at its next call
+					 * if not: sighting.handed) */
+					sgv[c] = 1; sfirst[c] = 1; shand[c] = 1; sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; hov = 0
+				:: else
+				fi;
 				CALLED(c);
 				printf("MSC: e%d k%d conn %d plan %d act %d -> owner %d heir %d key %d oS %d hS %d acted %d done %d inDoubt %d events %d\n", e, k, c, plan, act, Wowner, Wheir, Wkey, WoS, WhS, Wacted, Wdone, WiD, evcount);
 				break
@@ -727,7 +757,7 @@ proctype Runtime() {
 #ifdef RULES
 	int snap;
 	byte plan, j, ev0, cc;
-	bit isO, isH, seen, wmd;
+	bit isO, isH, seen, wmd, hov;
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -784,6 +814,21 @@ proctype Runtime() {
 		:: pending == 0 -> break
 		:: else ->
 			atomic {
+#ifdef DROP_MID
+				/* the runtime drops the owner between two calls of an
+				 * event, its call for it still to come (frozen right then:
+				 * its request for this event times out): skipped for good */
+				if
+				:: FAULTOK && Wowner != 0 && !closed[Wowner - 1] && inchain[Wowner - 1] && (pending & (1 << (Wowner - 1))) && midspan ->
+					closed[Wowner - 1] = 1; pending = pending & ~(1 << (Wowner - 1)); faults++;
+					printf("MSC: e%d: the runtime dropped owner conn %d before its call\n", e, Wowner - 1)
+				:: true
+				fi;
+				if
+				:: pending == 0 -> goto dropped_last
+				:: else
+				fi;
+#endif
 				if
 #ifdef INORDER
 				/* the runtime calls in the chain's order (A and S from the
@@ -807,6 +852,9 @@ proctype Runtime() {
 			call(cc, e, k);
 			cc = 0
 		od;
+#ifdef DROP_MID
+dropped_last:
+#endif
 #else
 		do
 		PICK(0)

@@ -158,6 +158,12 @@ type Decision struct {
 	// demo, mode cri-o, -faults). It is declared too: two events, the
 	// recorded one and the one of the previous call, reached no handler.
 	handedUnacted bool
+	// skippedHanded: with handedUnacted, rule 4 at the next call after
+	// this connection's own handover: the event of its previous call is
+	// the recorded one, handed over and acted on by nobody; the heir was
+	// dropped before its call (sighting.handed). One event is declared,
+	// and this one is acted on.
+	skippedHanded bool
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
 	// first, and the owner never, is declared in doubt.
@@ -215,6 +221,12 @@ type sighting struct {
 	// firstCall: it was the connection's first call (set by
 	// Coordinator.Decide, which knows).
 	firstCall bool
+	// handed: the call was the owner's, which handed the event over to
+	// its heir (rule 2) and did not act on it; owner is that heir. The
+	// heir, in the chain, is called for that event after it: unless the
+	// runtime dropped it, by the next event it has acted on it (see
+	// skipped).
+	handed bool
 }
 
 // skipped reports whether the owner was never called for the event of the
@@ -225,6 +237,11 @@ type sighting struct {
 // outside its handlers.
 func (d *Dir) skipped(w cutWord, prev sighting, events uint64) bool {
 	if !prev.valid || !prev.first || w.owner == 0 || w.owner != prev.owner || events != prev.events {
+		return false
+	}
+	if prev.handed && (w.ownerSeen || w.acted) {
+		// The heir it handed over to was called for that event (its call,
+		// the second, records no new event: it marks the word).
 		return false
 	}
 	// A mask of another connection: the owner has not recorded its own yet
@@ -364,6 +381,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			// Decision.handedUnacted).
 			dec.handedUnacted = !w.acted && !w.inDoubt
 			dec.recordedKey = w.key
+			// At the call right after this connection's own handover, the
+			// event skipped is the one it handed over (declared once).
+			dec.skippedHanded = me.prev.handed
 			newEvent = true
 			w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
 		} else if !isOwner && w.overran() {
@@ -472,6 +492,13 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				d.recordAct()
 			}
 			dec.saw = sighting{}
+			if dec.HandedOver {
+				// For this connection's next call: the heir, called
+				// after it for this event, marks the word; if it does
+				// not, the runtime dropped it (rule 4 at that call).
+				dec.saw = sighting{valid: true, first: true, handed: true, owner: w.owner, kind: kind,
+					events: atomic.LoadUint64(d.word(eventsOffset))}
+			}
 			return dec
 		}
 	}
