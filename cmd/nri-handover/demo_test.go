@@ -194,7 +194,7 @@ func TestDemoFaultsInEveryMode(t *testing.T) {
 				t.Logf("known (knownUnprocessed): %d containers never handed to an author:\n%s", rep.Unprocessed, problems)
 			}
 			if rep.UnstampedCaughtUp != rep.CaughtUp {
-				t.Errorf("%d unstamped containers handed to an author, the instances count %d caught up", rep.UnstampedCaughtUp, rep.CaughtUp)
+				t.Errorf("%d unstamped containers handed to an author, the instances count %d caught up:\n%s", rep.UnstampedCaughtUp, rep.CaughtUp, problems)
 			}
 		})
 	}
