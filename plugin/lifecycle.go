@@ -223,7 +223,11 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	}
 	changes, sets := lifecycle.Diff(entries, pods, ctrs)
 	for _, c := range changes {
-		if events.IsSet(c.Event) {
+		// Pods' changes are not handed (yet): a pod's stop and removal
+		// were handed to a catch-up after an instance had acted on them
+		// (TestDemoFaultsInEveryMode, cri-o, about 1 run in 10 under
+		// -race; cause not found yet, issue 10). Recorded, not handed.
+		if events.IsSet(c.Event) && c.Entry.Kind != lifecycle.Pod {
 			// Pending around the call, as on the event path; late after
 			// it: the runtime may send the event yet (it changed the
 			// state, as listed, before sending it), and then the event

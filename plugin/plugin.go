@@ -35,10 +35,10 @@
 //     new owner catches up inside its Synchronize: the containers created
 //     meanwhile that still exist go to the author's Synchronize as
 //     unprocessed, and the lifecycle changes of pods and containers an
-//     instance had acted on (a start, stop or removal of a container, a
-//     pod's stop or removal), which the instances record in the handover
-//     directory, go to the author's own StartContainer, StopContainer,
-//     RemoveContainer, StopPodSandbox or RemovePodSandbox, once, late:
+//     instance had acted on (a start, stop or removal of a container;
+//     a pod's stop or removal is recorded but not handed yet), which the
+//     instances record in the handover directory, go to the author's own
+//     StartContainer, StopContainer or RemoveContainer, once, late:
 //     CatchingUp(ctx) tells such a call. For an object the runtime no
 //     longer lists only its ids are set. The updates a late
 //     StopContainer returns go through UpdateContainers. Changes of an
