@@ -306,12 +306,12 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if gaveUp {
 			return errors.New("the claim gave up before the catch-up")
 		}
-		if !p.lifecycleGap() {
+		if gap, upTo := p.lifecycleGap(); !gap {
 			// No window without an instance acting since the last
 			// catch-up: nothing to hand, and a list taken just before
 			// this Synchronize may lag the record (a container created
 			// but not listed yet: cri-o issue 10090).
-		} else if u := p.catchUpLifecycle(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), pods, ctrs); len(u) != 0 {
+		} else if u := p.catchUpLifecycle(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), upTo, pods, ctrs); len(u) != 0 {
 			handMu.Lock()
 			lifeUpdates = u // read once the claim returned, if it had not yet
 			handMu.Unlock()

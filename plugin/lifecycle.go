@@ -3,6 +3,8 @@ package plugin
 import (
 	"context"
 	"errors"
+	"math"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -122,25 +124,51 @@ func eventOfChange(e api.Event) eventKind {
 	return evRunPodSandbox
 }
 
+// noteGap is the coordinator's OnGap: this instance took over after a
+// window in which no instance acted, and acts from here on. It notes the
+// record's Seq at that moment for the gap's lifecycle catch-up (see
+// lifecycleGap), then counts and reports the gap.
+func (p *Plugin) noteGap(gap time.Duration) {
+	p.gapSeq.Store(p.rec.Seq()) // before the count: who reads the count reads this Seq or a later one
+	p.gaps.Add(1)
+	p.obs.Gap(gap)
+}
+
 // lifecycleGap reports whether the owner's Synchronize ends a window in
 // which no instance acted: a connection of this instance claimed or was
 // promoted while none acted and is to declare the gap
 // (protocol.Coordinator.GapPending), or this instance declared a gap since
 // its last lifecycle catch-up (a promotion, or a takeover at an event,
 // whose catch-up this is). It notes the gaps as caught up.
-func (p *Plugin) lifecycleGap() bool {
+//
+// upTo bounds the record's entries the catch-up may compare with the
+// runtime's list: for a gap declared earlier, the record's Seq when it
+// was declared (noteGap). This instance has acted since, and the list
+// may lag what it acted on: CRI-O sends a creation (RunPodSandbox,
+// CreateContainer) before it lists the new object (cri-o issue 10090),
+// and lists outside the lock its events take, so an object whose creation
+// was acted on just before the list may be missing from it, and would
+// read as gone (its stop and removal handed, then acted on again when the
+// runtime sends them: TestDemoFaultsInEveryMode, cri-o). An entry
+// written after the gap ended was written by an act: no change of that
+// window is to be found in it. For a gap this Synchronize ends, upTo is
+// the maximum: the connection's Configure bounds the entries (see
+// catchUpLifecycle).
+func (p *Plugin) lifecycleGap() (gap bool, upTo uint64) {
 	pending := p.coord.GapPending()
-	gaps := p.coord.Gaps()
+	gaps := p.gaps.Load()
+	upTo = p.gapSeq.Load()
 	if pending {
 		gaps++ // declared when this connection takes the register
+		upTo = math.MaxUint64
 	}
 	for {
 		seen := p.lifeGaps.Load()
 		if !pending && gaps <= seen {
-			return false
+			return false, 0
 		}
 		if gaps <= seen || p.lifeGaps.CompareAndSwap(seen, gaps) {
-			return true
+			return true, upTo
 		}
 	}
 }
@@ -156,8 +184,9 @@ func (p *Plugin) lifecycleGap() bool {
 // since is the record's Seq when the connection was configured: the
 // runtime listed after that, so an entry written later (an instance acted
 // meanwhile: a promoted owner's own connection) may be newer than the
-// list, and is left alone.
-func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, since uint64, pods []*api.PodSandbox,
+// list, and is left alone. So is one written after upTo (see
+// lifecycleGap): the gap ended before it.
+func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, since, upTo uint64, pods []*api.PodSandbox,
 	ctrs []*api.Container) (updates []*api.ContainerUpdate) {
 	rec := p.rec
 	if rec == nil {
@@ -172,6 +201,9 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// older than the record, and the listed objects it lacks can be
 	// added. Else one it lacks may have gone since the runtime listed it.
 	quiet := rec.Seq() == since
+	if upTo < since {
+		since = upTo
+	}
 	entries, unreadable := rec.Entries()
 	entries = olderThan(entries, since)
 	if unreadable != 0 {
@@ -222,20 +254,23 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		entries = olderThan(entries, since)
 	}
 	changes, sets := lifecycle.Diff(entries, pods, ctrs)
+	// handed: the objects a change of which was handed here, marked late
+	// (see below): the record already holds their state after it.
+	handed := map[string]bool{}
 	for _, c := range changes {
-		// Pods' changes are not handed (yet): a pod's stop and removal
-		// were handed to a catch-up after an instance had acted on them
-		// (TestDemoFaultsInEveryMode, cri-o, about 1 run in 10 under
-		// -race; cause not found yet, issue 10). Recorded, not handed.
-		if events.IsSet(c.Event) && c.Entry.Kind != lifecycle.Pod {
+		if events.IsSet(c.Event) {
 			// Pending around the call, as on the event path; late after
 			// it: the runtime may send the event yet (it changed the
-			// state, as listed, before sending it), and then the event
-			// path finds it handed.
+			// state, as listed, before sending it: CRI-O and the kit's
+			// runtime in its mode drop a removed pod from their list
+			// before they send RemovePodSandbox, and list outside the
+			// lock their events take), and then the event path finds
+			// it handed.
 			s := rec.Begin(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
 			updates = append(updates, p.handChange(ctx, c)...)
 			rec.EndLate(s)
 			p.caughtUpChanges.Add(1)
+			handed[c.Entry.Kind.String()+"/"+c.Entry.ID] = true
 			continue
 		}
 		rec.Set(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
@@ -250,6 +285,13 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		}
 		if !quiet && !known[s.Kind.String()+"/"+s.ID] {
 			continue // listed, not recorded: may be gone since (see quiet)
+		}
+		if handed[s.Kind.String()+"/"+s.ID] {
+			// Set to Removed would drop the late entry, and the
+			// runtime's own RemovePodSandbox or RemoveContainer, still
+			// to come, would reach the author a second time. It stays,
+			// late, until that event or the next catch-up.
+			continue
 		}
 		rec.Set(s.Kind, s.ID, s.PodID, s.State)
 	}

@@ -35,10 +35,10 @@
 //     new owner catches up inside its Synchronize: the containers created
 //     meanwhile that still exist go to the author's Synchronize as
 //     unprocessed, and the lifecycle changes of pods and containers an
-//     instance had acted on (a start, stop or removal of a container;
-//     a pod's stop or removal is recorded but not handed yet), which the
-//     instances record in the handover directory, go to the author's own
-//     StartContainer, StopContainer or RemoveContainer, once, late:
+//     instance had acted on (a start, stop or removal of a container, a
+//     pod's stop or removal), which the instances record in the handover
+//     directory, go to the author's own StartContainer, StopContainer,
+//     RemoveContainer, StopPodSandbox or RemovePodSandbox, once, late:
 //     CatchingUp(ctx) tells such a call. For an object the runtime no
 //     longer lists only its ids are set. The updates a late
 //     StopContainer returns go through UpdateContainers. Changes of an
@@ -184,9 +184,13 @@ type Plugin struct {
 	rec                         *lifecycle.Table
 	recPods                     bool // the author handles StopPodSandbox or RemovePodSandbox
 	caughtUpChanges, unrecorded atomic.Uint64
-	// lifeGaps is the count of gaps (Coordinator.Gaps, and one pending)
-	// the last lifecycle catch-up covered (see lifecycleGap).
+	// lifeGaps is the count of gaps (gaps, and one pending) the last
+	// lifecycle catch-up covered (see lifecycleGap).
 	lifeGaps atomic.Uint64
+	// gaps counts the gaps this instance declared (as Coordinator.Gaps,
+	// through noteGap); gapSeq is the lifecycle record's Seq when it
+	// declared the last one.
+	gaps, gapSeq atomic.Uint64
 
 	// missed holds, by id, the unstamped containers this instance acted
 	// on a later event of while no instance had processed them (see
@@ -329,7 +333,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 		OnOutcome:   pl.obs.Outcome,
 		OnInDoubt:   pl.obs.InDoubt,
-		OnGap:       pl.obs.Gap,
+		OnGap:       pl.noteGap,
 		AtLeastOnce: c.atLeastOnce,
 	})
 	if err != nil {

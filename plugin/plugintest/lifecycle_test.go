@@ -99,7 +99,7 @@ func TestEveryGapEndsWithALifecycleCatchUp(t *testing.T) {
 			start(t, n, "2.0.0")
 			got := changesSince(n, 0)
 			want := sorted("StartContainer "+a1, "StopContainer "+a2, "StopContainer "+a3,
-				"StopContainer "+b1, "RemoveContainer "+b1) // pods' changes are not handed yet (issue 10)
+				"StopContainer "+b1, "RemoveContainer "+b1, "StopPodSandbox "+podB.Id, "RemovePodSandbox "+podB.Id)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("first catch-up handed\n %v\nwant\n %v", got, want)
 			}
@@ -123,7 +123,8 @@ func TestEveryGapEndsWithALifecycleCatchUp(t *testing.T) {
 			start(t, n, "4.0.0")
 			got = changesSince(n, first)
 			want = sorted("StopContainer "+a1, "StopContainer "+a4,
-				"RemoveContainer "+a1, "RemoveContainer "+a2, "RemoveContainer "+a3, "RemoveContainer "+a4)
+				"RemoveContainer "+a1, "RemoveContainer "+a2, "RemoveContainer "+a3, "RemoveContainer "+a4,
+				"StopPodSandbox "+podA.Id, "RemovePodSandbox "+podA.Id)
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("second catch-up handed\n %v\nwant\n %v", got, want)
 			}
@@ -185,7 +186,7 @@ func TestOwnerKilledInsideAStopIsInDoubtNotHandedAgain(t *testing.T) {
 	must(t, rt.RemovePod(ctx, pod.Id))
 	start(t, n, "2.0.0")
 	got := changesSince(n, 0)
-	want := sorted("RemoveContainer " + c.Id) // pods' changes are not handed yet (issue 10)
+	want := sorted("RemoveContainer "+c.Id, "StopPodSandbox "+pod.Id, "RemovePodSandbox "+pod.Id)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
 	}
@@ -244,7 +245,8 @@ func TestFrozenOwnerDroppedThenLifecycleCatchUp(t *testing.T) {
 	// a1's stop included: the frozen instance never read that request
 	// (the kit's freeze, as SIGSTOP, stops its connection), so it reached
 	// nobody.
-	want := sorted("StopContainer "+a1.Id, "StopContainer "+b1.Id, "RemoveContainer "+b1.Id)
+	want := sorted("StopContainer "+a1.Id, "StopContainer "+b1.Id, "RemoveContainer "+b1.Id,
+		"StopPodSandbox "+podB.Id, "RemovePodSandbox "+podB.Id)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
 	}
