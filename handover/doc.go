@@ -38,7 +38,11 @@
 //
 //   - Events while no instance runs (the only instance was killed, or the
 //     runtime restarted) are acted on by nobody; a container created then is
-//     handed to the next owner's Synchronize as unprocessed (Stats.CaughtUp).
+//     handed to the next owner's Synchronize as unprocessed (Stats.CaughtUp),
+//     and a start, stop or removal then of a pod or container an instance
+//     had acted on is handed to the author's handler once, late
+//     (plugin.CatchingUp, Stats.CaughtUpChanges); the events of an object
+//     created and gone meanwhile stay unknown.
 //   - An event the owner was inside of when it died is in doubt: acted on
 //     at most once by default, at least once with plugin.WithAtLeastOnce;
 //     it is logged and counted either way.

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nri-handover/nri-handover/internal/lifecycle"
 	"github.com/nri-handover/nri-handover/internal/protocol"
 	hapi "github.com/nri-handover/nri-handover/internal/protocol/api"
 	"github.com/nri-handover/nri-handover/stamp"
@@ -95,6 +96,11 @@ type adapter struct {
 	// lateOlder collects, until this connection acts, the containers of
 	// older versions its predecessor creates meanwhile (for Reconcile).
 	lateOlder atomic.Pointer[lateOlder]
+	// events is the subscription its Configure returned (written there,
+	// read in its Synchronize, which the stub calls after it).
+	events atomic.Uint64
+	// recSeq is the lifecycle record's Seq when Configure returned.
+	recSeq atomic.Uint64
 }
 
 // lateOlder is a list of containers, guarded.
@@ -182,6 +188,8 @@ func (a *adapter) Configure(ctx context.Context, config, runtime, version string
 	}
 	events.Set(api.Event_CREATE_CONTAINER)
 	a.p.coord.ConnEvents(a.tag, kindBits(events))
+	a.events.Store(uint64(events))
+	a.recSeq.Store(a.p.rec.Seq()) // the runtime lists after this (see catchUpLifecycle)
 	return events, nil
 }
 
@@ -251,6 +259,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		handMu     sync.Mutex
 		tookHanded bool
 		abandoned  bool
+		// lifeUpdates: what the author's StopContainer returned for the
+		// missed stops handed (catchUpLifecycle), for UpdateContainers.
+		lifeUpdates []*api.ContainerUpdate
 	)
 	if hasSync {
 		took = p.takeMissed()
@@ -289,6 +300,22 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			case st.Older(p.version):
 				older = append(older, &StampedContainer{Container: c, Stamp: st})
 			}
+		}
+		handMu.Lock()
+		gaveUp := abandoned
+		handMu.Unlock()
+		if gaveUp {
+			return errors.New("the claim gave up before the catch-up")
+		}
+		if gap, upTo := p.lifecycleGap(); !gap {
+			// No window without an instance acting since the last
+			// catch-up: nothing to hand, and a list taken just before
+			// this Synchronize may lag the record (a container created
+			// but not listed yet: cri-o issue 10090).
+		} else if u := p.catchUpLifecycle(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), upTo, pods, ctrs); len(u) != 0 {
+			handMu.Lock()
+			lifeUpdates = u // read once the claim returned, if it had not yet
+			handMu.Unlock()
 		}
 		if !hasSync {
 			return nil
@@ -351,6 +378,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	handMu.Lock()
 	abandoned = true
 	handedTook := tookHanded
+	lateUpdates := lifeUpdates
 	handMu.Unlock()
 	if len(took) != 0 && !handedTook {
 		// For this instance's next Synchronize as owner. An author
@@ -391,6 +419,11 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		} else {
 			p.closeQuietly(old) // no event is in flight: the runtime is synchronizing us
 		}
+	}
+	if len(lateUpdates) != 0 {
+		// Outside the request: UpdateContainers from inside it would
+		// deadlock.
+		go a.applyLate(lateUpdates)
 	}
 	if role != hapi.Role_ROLE_OWNER {
 		return nil, nil
@@ -632,6 +665,8 @@ type turn struct {
 	a   *adapter
 	key uint32
 	act bool
+	// inDoubt: the cut declared the event in doubt (see turn.record).
+	inDoubt bool
 }
 
 // begin enters the event section and decides, through the per-event cut,
@@ -658,6 +693,7 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 	} else if !a.closed.Load() && a.tag != 0 {
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]), a.runtimeClosed)
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
+		t.inDoubt = dec.InDoubt
 		a.closeRetiring(t.key)
 		if dec.InDoubt {
 			p.inDoubt(event, id, t.act, "another connection may have acted on it (it died inside its handler, the runtime gave up on it, or it left after an event with this key)")
@@ -808,6 +844,13 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		updates []*api.ContainerUpdate
 		err     error
 	)
+	if p.rec != nil {
+		if p.recPods {
+			p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+		}
+		done, _ := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late
+		defer done()
+	}
 	if h, ok := p.author.(stub.CreateContainerInterface); ok {
 		if adjust, updates, err = h.CreateContainer(ctx, pod, c); err != nil {
 			return nil, nil, err
@@ -838,7 +881,9 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	t := a.begin(ctx, evStopContainer, c.GetId())
 	defer t.end()
-	if !t.act {
+	done, handed := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
+	defer done()
+	if !t.act || handed {
 		return nil, nil
 	}
 	a.noteMissedCreation(evStopContainer, c)
@@ -857,9 +902,17 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 // event gates an event whose only result is an error; id names the pod or
 // container it is about.
 func (a *adapter) event(ctx context.Context, event eventKind, id string, call func() error) error {
+	return a.podEvent(ctx, event, id, "", call)
+}
+
+// podEvent is event for an event the lifecycle record keeps (turn.record):
+// pod is a container's pod id.
+func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string, call func() error) error {
 	t := a.begin(ctx, event, id)
 	defer t.end()
-	if !t.act {
+	done, handed := t.record(event, id, pod)
+	defer done()
+	if !t.act || handed {
 		return nil
 	}
 	return call()
@@ -870,7 +923,9 @@ func (a *adapter) event(ctx context.Context, event eventKind, id string, call fu
 func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
 	t := a.begin(ctx, event, c.GetId())
 	defer t.end()
-	if !t.act {
+	done, handed := t.record(event, c.GetId(), c.GetPodSandboxId())
+	defer done()
+	if !t.act || handed {
 		return nil
 	}
 	a.noteMissedCreation(event, c)
@@ -926,7 +981,7 @@ func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, 
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.event(ctx, evRemoveContainer, c.GetId(), func() error {
+	return a.podEvent(ctx, evRemoveContainer, c.GetId(), c.GetPodSandboxId(), func() error {
 		a.noteRemoval(c)
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})

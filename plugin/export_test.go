@@ -9,3 +9,11 @@ func SetReconnectMin(d time.Duration) (restore func()) {
 	reconnectMin = d
 	return func() { reconnectMin = prev }
 }
+
+// SetRecordSlots sets the size of a new lifecycle record until the
+// returned function restores it.
+func SetRecordSlots(n int) (restore func()) {
+	prev := recordSlots
+	recordSlots = n
+	return func() { recordSlots = prev }
+}

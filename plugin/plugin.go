@@ -30,6 +30,19 @@
 //     to claim ownership in a new Synchronize. Make it idempotent.
 //   - ValidateContainerAdjustment and Shutdown reach the owner's author
 //     only; the other instances accept every adjustment.
+//   - After a window in which no instance acted (the only instance
+//     killed, a runtime restart, a frozen owner the runtime dropped), the
+//     new owner catches up inside its Synchronize: the containers created
+//     meanwhile that still exist go to the author's Synchronize as
+//     unprocessed, and the lifecycle changes of pods and containers an
+//     instance had acted on (a start, stop or removal of a container, a
+//     pod's stop or removal), which the instances record in the handover
+//     directory, go to the author's own StartContainer, StopContainer,
+//     RemoveContainer, StopPodSandbox or RemovePodSandbox, once, late:
+//     CatchingUp(ctx) tells such a call. For an object the runtime no
+//     longer lists only its ids are set. The updates a late
+//     StopContainer returns go through UpdateContainers. Changes of an
+//     object created and gone inside the window cannot be known.
 //
 // Converting a stub plugin means replacing stub.New with plugin.New and
 // adding plugin.WithVersion (see the package example), or, with no other
@@ -62,6 +75,7 @@ import (
 	"github.com/nri-handover/nri-handover/internal/backoff"
 	"github.com/nri-handover/nri-handover/internal/failpoint"
 	"github.com/nri-handover/nri-handover/internal/kithook"
+	"github.com/nri-handover/nri-handover/internal/lifecycle"
 	"github.com/nri-handover/nri-handover/internal/names"
 	"github.com/nri-handover/nri-handover/internal/observe"
 	"github.com/nri-handover/nri-handover/internal/protocol"
@@ -120,6 +134,16 @@ type Stats struct {
 	// window reached no instance. Each is logged with its length and
 	// counted in nri_handover_gaps_total.
 	Gaps uint64
+	// CaughtUpChanges counts lifecycle changes (StartContainer,
+	// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox)
+	// of pods and containers an instance had acted on that happened while
+	// no instance acted, and that this instance handed to the author's
+	// handler at a catch-up (see CatchingUp).
+	CaughtUpChanges uint64
+	// Unrecorded is the number of pods and containers the lifecycle
+	// record had no room for, as this instance last saw it at a
+	// catch-up: their changes in such a window cannot be known.
+	Unrecorded uint64
 }
 
 // Plugin is one instance of an NRI plugin run by the harness.
@@ -152,6 +176,21 @@ type Plugin struct {
 	configured bool
 
 	acted, skipped, skippedStamped, badStamps, stamped, disconnects, caughtUp atomic.Uint64
+
+	// rec is the lifecycle record in the handover directory (nil if the
+	// author handles no change a catch-up hands, or it cannot be used;
+	// mapped for the life of the process, see release);
+	// caughtUpChanges and unrecorded are Stats'.
+	rec                         *lifecycle.Table
+	recPods                     bool // the author handles StopPodSandbox or RemovePodSandbox
+	caughtUpChanges, unrecorded atomic.Uint64
+	// lifeGaps is the count of gaps (gaps, and one pending) the last
+	// lifecycle catch-up covered (see lifecycleGap).
+	lifeGaps atomic.Uint64
+	// gaps counts the gaps this instance declared (as Coordinator.Gaps,
+	// through noteGap); gapSeq is the lifecycle record's Seq when it
+	// declared the last one.
+	gaps, gapSeq atomic.Uint64
 
 	// missed holds, by id, the unstamped containers this instance acted
 	// on a later event of while no instance had processed them (see
@@ -270,6 +309,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if pl.signer, err = stamp.NewSigner(c.key, key); err != nil {
 		return nil, err
 	}
+	pl.rec = pl.openRecord()
+	pl.recPods = handles.IsSet(api.Event_STOP_POD_SANDBOX) || handles.IsSet(api.Event_REMOVE_POD_SANDBOX)
 	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
 	pl.stampKey = pl.signer.Key()
 	failpoint, err := failpoint.FromEnv() // only in a build with tag failpoints
@@ -292,7 +333,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 		OnOutcome:   pl.obs.Outcome,
 		OnInDoubt:   pl.obs.InDoubt,
-		OnGap:       pl.obs.Gap,
+		OnGap:       pl.noteGap,
 		AtLeastOnce: c.atLeastOnce,
 	})
 	if err != nil {
@@ -489,6 +530,7 @@ func (p *Plugin) Stats() Stats {
 		Acted: p.acted.Load(), Skipped: p.skipped.Load(), SkippedStamped: p.skippedStamped.Load(),
 		BadStamps: p.badStamps.Load(), Stamped: p.stamped.Load(), Disconnects: p.disconnects.Load(),
 		InDoubt: p.coord.InDoubt(), CaughtUp: p.caughtUp.Load(), Gaps: p.coord.Gaps(),
+		CaughtUpChanges: p.caughtUpChanges.Load(), Unrecorded: p.unrecorded.Load(),
 	}
 }
 
@@ -889,6 +931,16 @@ func (p *Plugin) release() {
 	p.closeOnce.Do(func() {
 		p.coord.Close()
 		p.dir.Close()
+		// Unmapped with the register's page: a handler still running
+		// after Run returned (the runtime gave up on it) records nothing
+		// more, and its change stays pending in the record, as its event
+		// stays unfinished in the register (the next owner declares it in
+		// doubt). Kept mapped, every instance a process ran held 1.2 MB
+		// of mappings to its end: go test -race ./test/ failed with
+		// ENOMEM.
+		if err := p.rec.Close(); err != nil {
+			p.log.WithError(err).Warn("cannot unmap the lifecycle record")
+		}
 	})
 }
 

@@ -735,6 +735,15 @@ func (c *Coordinator) InDoubt() uint64 { return c.inDoubt.Load() }
 // instance acting since the last event acted on (see reportInDoubt).
 func (c *Coordinator) Gaps() uint64 { return c.gaps.Load() }
 
+// GapPending reports whether a connection of this instance claimed, or
+// was promoted, while no connection acted: it declares a gap when it takes
+// the register or acts (see takeCutLocked).
+func (c *Coordinator) GapPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gapHeir != 0
+}
+
 // ActedBefore reports whether any instance of the plugin has been called
 // for an event on this node since the handover directory was created (it
 // lives on a tmpfs: until the node reboots).

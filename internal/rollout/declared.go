@@ -21,7 +21,15 @@ type Missed struct {
 	// CaughtUp counts the missed container events (not declared in
 	// doubt) delivered before their container was handed to an author as
 	// unprocessed (a catch-up, plugintest.Node.CatchUps): the author
-	// learned of the container afterwards, in its current state.
+	// learned of the container afterwards, in its current state. It also
+	// counts the missed lifecycle changes (StartContainer, StopContainer,
+	// RemoveContainer, StopPodSandbox, RemovePodSandbox) a catch-up handed
+	// to an author (plugintest.Node.CaughtUpChanges), each covering one
+	// missed delivery of its event on its object (the delivery may come
+	// after the hand: the runtime changed the state the catch-up saw
+	// before it sent the event, and the harness did not hand it again); a change
+	// handed more often than it was missed is a duplicate
+	// (plugintest.Result.ChangesTwice), never counted here twice.
 	CaughtUp int
 	// InDoubt counts the other missed events declared in doubt: by name
 	// (the instance that took over was handed the event), by the
@@ -60,8 +68,15 @@ type GapWindow struct {
 // catch-ups; gaps is the sum of the instances' Stats.Gaps; all is every
 // delivery, in order; requestTimeout is the runtime's.
 func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration, catchUps []plugintest.CatchUp,
-	gaps int, requestTimeout time.Duration) Missed {
+	changes []plugintest.CaughtUpChange, gaps int, requestTimeout time.Duration) Missed {
 	var m Missed
+	// The lifecycle changes handed late, by event and object, in the
+	// order handed: each covers one missed delivery of its key.
+	late := map[plugintest.EventKey][]time.Time{}
+	for _, c := range changes {
+		k := plugintest.EventKey{Event: c.Event, ID: c.ID}
+		late[k] = append(late[k], c.At)
+	}
 	handed := map[string]time.Time{} // container -> first handed
 	for _, c := range catchUps {
 		if t, ok := handed[c.ID]; !ok || c.At.Before(t) {
@@ -134,6 +149,16 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 			continue
 		}
 		if t, ok := handed[d.ID]; ok && !d.Event.IsPodEvent() && d.Start.Before(t) {
+			m.CaughtUp++
+			endRun()
+			continue
+		}
+		if k := (plugintest.EventKey{Event: d.Event, ID: d.ID}); len(late[k]) != 0 {
+			// Before or after the delivery: the runtime may change an
+			// object's state (as a Synchronize lists it) before it sends
+			// the event, which then finds the change handed (the harness
+			// does not hand it again).
+			late[k] = late[k][1:]
 			m.CaughtUp++
 			endRun()
 			continue

@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{Instance: "i03", Start: at(2062), End: at(2062)}, // the one before: c3's CreateContainer
 		{Instance: "i03", Start: at(2062), End: at(2062)}, // that one taken: the one given up on
 	}
-	m := classify(unacted, all, decl, nil, 1, 2*time.Second)
+	m := classify(unacted, all, decl, nil, nil, 1, 2*time.Second)
 	if m.InGap != 3 || m.InDoubt != 4 || m.UndeclaredCount != 1 || !m.GapsCaptured {
 		t.Fatalf("in gap %d, in doubt %d, undeclared %d (%v), gaps captured %v; want 3, 4, 1, true",
 			m.InGap, m.InDoubt, m.UndeclaredCount, m.Undeclared, m.GapsCaptured)
@@ -55,12 +55,50 @@ func TestClassify(t *testing.T) {
 		t.Fatalf("runs %v, undeclared %v", m.UndeclaredRuns, m.Undeclared)
 	}
 	// A gap the instances counted but whose window was not collected.
-	if m := classify(unacted, all, decl, nil, 2, 2*time.Second); m.GapsCaptured {
+	if m := classify(unacted, all, decl, nil, nil, 2, 2*time.Second); m.GapsCaptured {
 		t.Fatal("2 gaps counted, 1 window collected: GapsCaptured")
 	}
 	// Without the second key-less declaration the event given up on is
 	// undeclared.
-	if m := classify(unacted, all, decl[:4], nil, 1, 2*time.Second); m.UndeclaredCount != 2 {
+	if m := classify(unacted, all, decl[:4], nil, nil, 1, 2*time.Second); m.UndeclaredCount != 2 {
 		t.Fatalf("undeclared %d, want 2: %v", m.UndeclaredCount, m.Undeclared)
+	}
+}
+
+// A missed lifecycle change a catch-up handed is caught up, once (also a
+// delivery after the hand: the runtime changed the state before it sent
+// the event); a missed change not handed stays where the declarations put
+// it.
+func TestClassifyCaughtUpChanges(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	del := func(ev plugintest.Event, id string, start int) plugintest.Delivery {
+		return plugintest.Delivery{EventKey: plugintest.EventKey{Event: ev, ID: id, N: 1}, Start: at(start), End: at(start + 1)}
+	}
+	all := []plugintest.Delivery{
+		del(plugintest.EventStopContainer, "c1", 10),    // missed in the gap, handed at 50
+		del(plugintest.EventRemoveContainer, "c1", 11),  // missed in the gap, handed at 50
+		del(plugintest.EventStartContainer, "c2", 12),   // missed in the gap, not handed (c2 lived and died in it)
+		del(plugintest.EventStopPodSandbox, "p1", 60),   // delivered after the hand at 50, not handed again
+		del(plugintest.EventRemovePodSandbox, "p1", 20), // missed in the gap, handed at 50
+	}
+	decl := []plugintest.Declaration{{Instance: "i02", Gap: true, Start: at(5), End: at(40)}}
+	changes := []plugintest.CaughtUpChange{
+		{Instance: "i02", Event: plugintest.EventStopContainer, ID: "c1", At: at(50)},
+		{Instance: "i02", Event: plugintest.EventRemoveContainer, ID: "c1", At: at(50)},
+		{Instance: "i02", Event: plugintest.EventRemovePodSandbox, ID: "p1", At: at(50)},
+		{Instance: "i02", Event: plugintest.EventStopPodSandbox, ID: "p1", At: at(50)},
+	}
+	m := classify(all, all, decl, nil, changes, 1, 2*time.Second)
+	if m.CaughtUp != 4 || m.InGap != 1 || m.UndeclaredCount != 0 {
+		t.Fatalf("caught up %d, in gap %d, undeclared %d; want 4, 1, 0", m.CaughtUp, m.InGap, m.UndeclaredCount)
+	}
+	// Two deliveries of one change, one hand: the second is not covered.
+	twice := append(all, del(plugintest.EventStopContainer, "c1", 70))
+	if m := classify(twice, twice, decl, nil, changes, 1, 2*time.Second); m.CaughtUp != 4 || m.UndeclaredCount != 1 {
+		t.Fatalf("caught up %d, undeclared %d; want 4, 1", m.CaughtUp, m.UndeclaredCount)
+	}
+	if m := classify(all, all, decl, nil, nil, 1, 2*time.Second); m.CaughtUp != 0 || m.InGap != 4 {
+		t.Fatalf("without changes: caught up %d, in gap %d; want 0, 4", m.CaughtUp, m.InGap)
 	}
 }

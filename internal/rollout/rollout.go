@@ -130,6 +130,12 @@ type Result struct {
 	UnprocessedCount int
 	// HandedTwice lists containers handed to a catch-up more than once.
 	HandedTwice []string
+	// CaughtUpChanges counts the lifecycle changes catch-ups handed to an
+	// author; ChangesTwice lists those handed twice, or acted on and also
+	// handed (duplicates).
+	CaughtUpChanges  int
+	ChangesTwice     []string
+	ChangeDuplicates int
 	// InDoubt counts the events the harness declared in doubt (an owner
 	// died inside its handler), CaughtUp the containers and lifecycle
 	// changes it handed to a catch-up after a gap: both as the instances
@@ -160,7 +166,8 @@ type InstanceResult struct {
 
 // OK reports whether the run kept every guarantee.
 func (r *Result) OK() bool {
-	if !r.Report.OK() || r.Stats.FailedCreates != 0 || len(r.StampProblems) != 0 || len(r.WorkloadErrors) != 0 {
+	if !r.Report.OK() || r.Stats.FailedCreates != 0 || len(r.StampProblems) != 0 || len(r.WorkloadErrors) != 0 ||
+		r.ChangeDuplicates != 0 {
 		return false
 	}
 	if len(r.Dropped()) != 0 && !r.froze() {
@@ -235,6 +242,7 @@ func (r *Result) Problems() []string {
 		}
 	}
 	out = append(out, r.HandedTwice...)
+	out = append(out, r.ChangesTwice...)
 	out = append(out, r.StampProblems...)
 	out = append(out, r.WorkloadErrors...)
 	return out
@@ -449,7 +457,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	if timeout <= 0 {
 		timeout = api.DefaultPluginRequestTimeout
 	}
-	res.Missed = classify(unacted, deliveries, r.node.Declarations(), r.node.CatchUps(), res.Gaps, timeout)
+	res.Missed = classify(unacted, deliveries, r.node.Declarations(), r.node.CatchUps(), r.node.CaughtUpChanges(), res.Gaps, timeout)
 	check, err := r.node.Check()
 	if err != nil {
 		return nil, err
@@ -457,13 +465,14 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res.StampProblems, res.Unstamped = check.StampProblems, check.Unstamped
 	res.CaughtUpContainers, res.Unseen = check.CaughtUp, check.Unseen
 	res.Unprocessed, res.UnprocessedCount, res.HandedTwice = check.Unprocessed, check.UnprocessedCount, check.HandedTwice
+	res.CaughtUpChanges, res.ChangesTwice, res.ChangeDuplicates = check.CaughtUpChanges, check.ChangesTwice, check.ChangeDuplicates
 	return res, nil
 }
 
 // harnessCounts returns what an instance reports of events in doubt and of
 // containers it caught up on.
 func harnessCounts(st plugin.Stats) (inDoubt, caughtUp int) {
-	return int(st.InDoubt), int(st.CaughtUp)
+	return int(st.InDoubt), int(st.CaughtUp + st.CaughtUpChanges)
 }
 
 // fault kills or freezes the owner and waits until the plugin has an owner

@@ -60,6 +60,7 @@ type Node struct {
 	mu        sync.Mutex
 	instances []*Instance
 	catchUps  []CatchUp
+	changes   []CaughtUpChange
 	pods      int
 	closeOnce sync.Once
 }
@@ -137,6 +138,28 @@ func (n *Node) CatchUps() []CatchUp {
 	return append([]CatchUp(nil), n.catchUps...)
 }
 
+// CaughtUpChange is one lifecycle change (StartContainer, StopContainer,
+// RemoveContainer, StopPodSandbox, RemovePodSandbox) a catch-up handed an
+// instance's author late (plugin.CatchingUp): it happened while no
+// instance acted. It is not in the ledger.
+type CaughtUpChange struct {
+	// Instance is the id of the instance whose author was handed it.
+	Instance string
+	// Event and ID name the change.
+	Event Event
+	ID    string
+	// At is when the author's handler was called (wall clock).
+	At time.Time
+}
+
+// CaughtUpChanges returns the lifecycle changes handed to the instances'
+// authors by catch-ups, in the order they were handed.
+func (n *Node) CaughtUpChanges() []CaughtUpChange {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]CaughtUpChange(nil), n.changes...)
+}
+
 // Instances returns every instance started, in start order.
 func (n *Node) Instances() []*Instance {
 	n.mu.Lock()
@@ -180,6 +203,12 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	in.handlers.inDoubt = func(ev Event, oid string) {
 		at := time.Now().Round(0)
 		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid})
+	}
+	in.handlers.caughtUp = func(ev Event, oid string) {
+		at := time.Now().Round(0)
+		n.mu.Lock()
+		n.changes = append(n.changes, CaughtUpChange{Instance: id, Event: ev, ID: oid, At: at})
+		n.mu.Unlock()
 	}
 	in.handlers.handed = func(ids []string) {
 		at := time.Now().Round(0)
@@ -385,11 +414,21 @@ type Result struct {
 	// HandedTwice lists (first 20) the containers handed to an author as
 	// unprocessed more than once.
 	HandedTwice []string
+	// CaughtUpChanges counts the lifecycle changes catch-ups handed to an
+	// author (see Node.CaughtUpChanges). ChangesTwice lists (first 20)
+	// the events handed or acted on more often than the runtime issued
+	// them: a change handed twice, or acted on and also handed;
+	// ChangeDuplicates sums the excess over all of them.
+	CaughtUpChanges  int
+	ChangesTwice     []string
+	ChangeDuplicates int
 }
 
 // OK reports whether every event reached the author's handlers exactly
 // once and every container carries one valid stamp.
-func (r Result) OK() bool { return r.Events.OK() && len(r.StampProblems) == 0 }
+func (r Result) OK() bool {
+	return r.Events.OK() && len(r.StampProblems) == 0 && r.ChangeDuplicates == 0
+}
 
 // Err returns nil if OK, else an error listing what is wrong.
 func (r Result) Err() error {
@@ -399,7 +438,7 @@ func (r Result) Err() error {
 	var b strings.Builder
 	b.WriteString("plugintest: ")
 	b.WriteString(r.Events.String())
-	for _, p := range r.StampProblems {
+	for _, p := range append(append([]string(nil), r.StampProblems...), r.ChangesTwice...) {
 		b.WriteString("\n  ")
 		b.WriteString(p)
 	}
@@ -444,6 +483,7 @@ func (n *Node) Check() (Result, error) {
 				cu.ID, f.Instance, f.At.UTC().Format("15:04:05.000000"), cu.Instance, cu.At.UTC().Format("15:04:05.000000")))
 		}
 	}
+	res.CaughtUpChanges, res.ChangesTwice, res.ChangeDuplicates = n.checkChanges()
 	listed := map[string]time.Time{} // container -> first listed
 	for _, s := range n.rt.Syncs() {
 		for _, id := range s.Containers {
@@ -495,6 +535,38 @@ func (n *Node) Check() (Result, error) {
 	}
 	sort.Strings(res.StampProblems)
 	return res, nil
+}
+
+// checkChanges counts the lifecycle changes caught up and lists those
+// handed or acted on more often than issued.
+func (n *Node) checkChanges() (count int, twice []string, excess int) {
+	issued := map[EventKey]int{}
+	for k, c := range n.rt.Issued() {
+		k.N = 0
+		issued[k] += c
+	}
+	handed := map[EventKey]int{}
+	for _, c := range n.CaughtUpChanges() {
+		handed[EventKey{Event: c.Event, ID: c.ID}]++
+		count++
+	}
+	keys := make([]EventKey, 0, len(handed))
+	for k := range handed {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		acted := len(n.ledger.Acted(k.Event, k.ID))
+		if acted+handed[k] <= issued[k] {
+			continue
+		}
+		excess += acted + handed[k] - issued[k]
+		if len(twice) < maxTexts {
+			twice = append(twice, fmt.Sprintf("%s %s: issued %d, acted on %d, handed by a catch-up %d",
+				k.Event, k.ID, issued[k], acted, handed[k]))
+		}
+	}
+	return count, twice, excess
 }
 
 // Verify is Check, as one error: nil when every event reached the author's

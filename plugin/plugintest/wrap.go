@@ -26,6 +26,10 @@ type handlers struct {
 	// handed, if set, is told of the containers the harness hands the
 	// author's Synchronize as unprocessed.
 	handed func(ids []string)
+	// caughtUp, if set, is told of each lifecycle change a catch-up hands
+	// the author (plugin.CatchingUp); such a call is not recorded in the
+	// ledger.
+	caughtUp func(ev Event, id string)
 
 	mu         sync.Mutex
 	configured api.EventMask // the last subscription (0 before Configure)
@@ -182,6 +186,18 @@ func (h *handlers) InDoubt(ctx context.Context, event, id string, acting bool) {
 	}
 }
 
+// note records a lifecycle handler's call: in the ledger, or, for a
+// change a catch-up hands (plugin.CatchingUp), as caught up.
+func (h *handlers) note(ctx context.Context, ev Event, id string) {
+	if plugin.CatchingUp(ctx) {
+		if h.caughtUp != nil {
+			h.caughtUp(ev, id)
+		}
+		return
+	}
+	h.record(ev, id)
+}
+
 func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	h.record(EventRunPodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.RunPodInterface); ok {
@@ -207,7 +223,7 @@ func (h *handlers) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox
 }
 
 func (h *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.record(EventStopPodSandbox, pod.GetId())
+	h.note(ctx, EventStopPodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.StopPodInterface); ok {
 		return a.StopPodSandbox(ctx, pod)
 	}
@@ -215,7 +231,7 @@ func (h *handlers) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) erro
 }
 
 func (h *handlers) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.record(EventRemovePodSandbox, pod.GetId())
+	h.note(ctx, EventRemovePodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.RemovePodInterface); ok {
 		return a.RemovePodSandbox(ctx, pod)
 	}
@@ -242,7 +258,7 @@ func (h *handlers) PostCreateContainer(ctx context.Context, pod *api.PodSandbox,
 }
 
 func (h *handlers) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.record(EventStartContainer, c.GetId())
+	h.note(ctx, EventStartContainer, c.GetId())
 	if a, ok := h.author.(stub.StartContainerInterface); ok {
 		return a.StartContainer(ctx, pod, c)
 	}
@@ -274,7 +290,7 @@ func (h *handlers) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox,
 }
 
 func (h *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
-	h.record(EventStopContainer, c.GetId())
+	h.note(ctx, EventStopContainer, c.GetId())
 	if a, ok := h.author.(stub.StopContainerInterface); ok {
 		return a.StopContainer(ctx, pod, c)
 	}
@@ -282,7 +298,7 @@ func (h *handlers) StopContainer(ctx context.Context, pod *api.PodSandbox, c *ap
 }
 
 func (h *handlers) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.record(EventRemoveContainer, c.GetId())
+	h.note(ctx, EventRemoveContainer, c.GetId())
 	if a, ok := h.author.(stub.RemoveContainerInterface); ok {
 		return a.RemoveContainer(ctx, pod, c)
 	}

@@ -1,0 +1,618 @@
+// Package lifecycle keeps the durable record of what a plugin's instances
+// last acted on: for each pod sandbox and container an instance acted on,
+// its id, its pod's id and the last lifecycle state acted on (created,
+// running or stopped; running or stopped for a pod). An entry goes when
+// the remove is acted on.
+//
+// The record lives in the handover directory (lifecycle.rec), which
+// outlives every instance, so that an owner that starts after a window
+// in which nobody acted can tell which lifecycle changes that window
+// took from the author: Diff compares it with the runtime's list.
+//
+// Layout. The file is mapped shared by every instance, as owner.gen is
+// (internal/protocol): a 64-byte header (the layout word, the number of
+// slots, the count of objects that found no slot) and a fixed-size
+// open-addressing table of slots, each one state word followed by the
+// object's id and pod id. A file of another layout is not touched: Open
+// reports it (ErrLayout) and the caller runs without a record.
+//
+// Torn writes. A slot's id bytes are written while its state word still
+// says empty or deleted, and the state word, one 64-bit atomic store that
+// carries a checksum of the ids, is written last: an instance killed in
+// the middle of a write leaves either the old state or a slot that reads
+// empty, never a half-written entry. A state word whose checksum does not
+// match its ids is counted as unreadable and ignored.
+//
+// Late changes. A change a catch-up handed is marked late (EndLate): the
+// runtime may still send its event (it changed the state it lists before
+// sending it), and Begin then reports it handed, once.
+//
+// Writers and locking. Each entry is written by the instance that acts on
+// the event, right after the author's handler returned (the per-event cut
+// guarantees one actor per event, and events are serialized by the
+// runtime), or by the owner's catch-up inside its Synchronize (no event
+// runs then). A state word moves only by compare-and-swap from the word
+// its writer read, so a late writer (a handler thawed after its instance
+// was dropped) cannot overwrite a newer entry. Within one process, Table's
+// mutex serializes the writers of one mapping.
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// FileName is the record's file in a plugin's handover directory.
+const FileName = "lifecycle.rec"
+
+// Layout is the record layout this build reads and writes.
+const Layout = 1
+
+// DefaultSlots is the number of slots a new record has: about 1.2 MB,
+// far more pods and containers than a node runs (the kubelet's default is
+// 110 pods).
+const DefaultSlots = 8192
+
+// ErrLayout is wrapped by Open's error for a record file of a layout this
+// build does not speak.
+var ErrLayout = errors.New("lifecycle record layout not supported by this build")
+
+// Kind is what an entry is about.
+type Kind uint8
+
+// The kinds of entries.
+const (
+	Container Kind = 1
+	Pod       Kind = 2
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Container:
+		return "container"
+	case Pod:
+		return "pod"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// State is the last lifecycle state acted on.
+type State uint8
+
+// The states. Unknown is an entry whose object was recorded by a later
+// event than its creation (the record had no room then, or did not exist
+// yet). Removed is used only as a pending change.
+const (
+	Unknown State = 0
+	Created State = 1
+	Running State = 2
+	Stopped State = 3
+	Removed State = 4
+)
+
+func (s State) String() string {
+	switch s {
+	case Unknown:
+		return "unknown"
+	case Created:
+		return "created"
+	case Running:
+		return "running"
+	case Stopped:
+		return "stopped"
+	case Removed:
+		return "removed"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// Entry is one object in the record.
+type Entry struct {
+	Kind  Kind
+	ID    string
+	PodID string // a container's pod; empty for a pod
+	// State is the last state acted on; Pending, if not Unknown, a change
+	// an instance began to act on and did not finish (it died or froze
+	// inside the author's handler): in doubt.
+	State, Pending State
+	// Late: State was handed by a catch-up (EndLate), and the runtime
+	// may still send its event (Begin then reports it handed). A late
+	// Removed entry stays until the next catch-up drops it.
+	Late bool
+	// Seq numbers the entry's last act (Begin, Set) among the record's
+	// writes: compared with Table.Seq read earlier, it tells an entry
+	// written since.
+	Seq uint64
+}
+
+// Slot is where an entry is, for End.
+type Slot struct {
+	i      int
+	word   uint64 // the word Begin wrote
+	handed bool
+}
+
+// Handed reports that Begin found the change already handed to the
+// author by a catch-up (EndLate): the runtime sent the event after all,
+// and it must not reach the author again.
+func (s Slot) Handed() bool { return s.handed }
+
+// Valid reports whether Begin recorded the change (false: no record, or
+// no room).
+func (s Slot) Valid() bool { return s.word != 0 }
+
+// Layout of the file.
+const (
+	headerSize   = 64
+	offLayout    = 0
+	offSlots     = 8
+	offOverflows = 16
+	offWrites    = 24 // the write counter (see Entry.Seq)
+	maxID        = 64
+	slotSize     = 8 + 2 + maxID + maxID + 6 // word, lengths, ids, padding to 8
+	maxProbe     = 64
+)
+
+// The state word: 0 empty, 1 deleted, else live: bit 1 set, kind in bits
+// 2-3, state in bits 4-7, pending in bits 8-11, late in bit 12, the
+// write's sequence number in bits 13-47, the ids' checksum in bits 48-63.
+const (
+	wordEmpty   = 0
+	wordDeleted = 1
+	liveBit     = 2
+	lateBit     = 1 << 12
+	seqShift    = 13
+	seqMask     = 1<<35 - 1
+)
+
+func makeWord(k Kind, st, pend State, sum uint32) uint64 {
+	return liveBit | uint64(k&3)<<2 | uint64(st&15)<<4 | uint64(pend&15)<<8 | uint64(sum&0xffff)<<48
+}
+
+func wordSeq(w uint64) uint64 { return w >> seqShift & seqMask }
+
+// withSeq is w stamped with the next write's sequence number. Call with
+// mu and mem mapped.
+func (t *Table) withSeq(w uint64) uint64 {
+	n := atomic.AddUint64(t.hword(offWrites), 1)
+	return w&^(seqMask<<seqShift) | (n&seqMask)<<seqShift
+}
+
+// Seq is the sequence number of the last write to the record (by any
+// instance): an entry whose Seq is larger was written after it.
+func (t *Table) Seq() uint64 {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return 0
+	}
+	return atomic.LoadUint64(t.hword(offWrites)) & seqMask
+}
+
+func wordKind(w uint64) Kind     { return Kind(w>>2) & 3 }
+func wordState(w uint64) State   { return State(w>>4) & 15 }
+func wordPending(w uint64) State { return State(w>>8) & 15 }
+func wordSum(w uint64) uint32    { return uint32(w >> 48) }
+
+// Table is an open record. Its methods are safe for concurrent use; a nil
+// *Table records nothing.
+type Table struct {
+	mu    sync.Mutex // serializes this mapping's writers; guards mem against Close
+	mem   []byte
+	slots int
+	path  string
+}
+
+// Open maps the record under dir, creating it with DefaultSlots slots if
+// it does not exist.
+func Open(dir string) (*Table, error) { return OpenSlots(dir, DefaultSlots) }
+
+// OpenSlots is Open with the number of slots a new record gets (an
+// existing record keeps its own).
+func OpenSlots(dir string, slots int) (*Table, error) {
+	if slots <= 0 {
+		return nil, fmt.Errorf("lifecycle record: %d slots", slots)
+	}
+	path := filepath.Join(dir, FileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle record: %w", err)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle record: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("lifecycle record %s: not a regular file", path)
+	}
+	size := int64(headerSize + slots*slotSize)
+	if st.Size() < headerSize {
+		// New (or never sized): a concurrent instance truncating to the
+		// same size changes nothing; the header is then read below.
+		if err := f.Truncate(size); err != nil {
+			return nil, fmt.Errorf("lifecycle record: size: %w", err)
+		}
+	}
+	hdr, err := unix.Mmap(int(f.Fd()), 0, headerSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle record: map: %w", err)
+	}
+	lw := (*uint64)(unsafe.Pointer(&hdr[offLayout]))
+	sw := (*uint64)(unsafe.Pointer(&hdr[offSlots]))
+	// The slot count first, then the layout: a reader that sees the
+	// layout sees the count.
+	atomic.CompareAndSwapUint64(sw, 0, uint64(slots))
+	atomic.CompareAndSwapUint64(lw, 0, Layout)
+	layout, n := atomic.LoadUint64(lw), atomic.LoadUint64(sw)
+	_ = unix.Munmap(hdr)
+	if layout != Layout {
+		return nil, fmt.Errorf("lifecycle record %s has layout %d, this build speaks layout %d: %w", path, layout, Layout, ErrLayout)
+	}
+	size = int64(headerSize + int(n)*slotSize)
+	if n == 0 || n > 1<<20 || st.Size() > size && st.Size() != size {
+		return nil, fmt.Errorf("lifecycle record %s: %d slots in a file of %d bytes: %w", path, n, st.Size(), ErrLayout)
+	}
+	if fst, err := f.Stat(); err == nil && fst.Size() < size {
+		if err := f.Truncate(size); err != nil {
+			return nil, fmt.Errorf("lifecycle record: size: %w", err)
+		}
+	}
+	mem, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle record: map: %w", err)
+	}
+	return &Table{mem: mem, slots: int(n), path: path}, nil
+}
+
+// Path is the record's file.
+func (t *Table) Path() string { return t.path }
+
+// Slots is the record's number of slots.
+func (t *Table) Slots() int { return t.slots }
+
+// Close unmaps the record; the file stays.
+func (t *Table) Close() error {
+	if t == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return nil
+	}
+	err := unix.Munmap(t.mem)
+	t.mem = nil
+	return err
+}
+
+// Overflows counts the objects (over the record's life, by every
+// instance) that could not be recorded: no free slot within the probe
+// bound, or an id longer than 64 bytes. Their lifecycle changes in a gap
+// cannot be known.
+func (t *Table) Overflows() uint64 {
+	if t == nil {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return 0
+	}
+	return atomic.LoadUint64(t.hword(offOverflows))
+}
+
+func (t *Table) hword(off int) *uint64 { return (*uint64)(unsafe.Pointer(&t.mem[off])) }
+
+func (t *Table) word(i int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&t.mem[headerSize+i*slotSize]))
+}
+
+func (t *Table) ids(i int) (id, pod []byte) {
+	b := t.mem[headerSize+i*slotSize+8:]
+	il, pl := int(b[0]), int(b[1])
+	if il > maxID {
+		il = maxID
+	}
+	if pl > maxID {
+		pl = maxID
+	}
+	return b[2 : 2+il], b[2+maxID : 2+maxID+pl]
+}
+
+func (t *Table) setIDs(i int, id, pod string) {
+	b := t.mem[headerSize+i*slotSize+8:]
+	b[0], b[1] = byte(len(id)), byte(len(pod))
+	copy(b[2:2+maxID], id)
+	copy(b[2+maxID:2+2*maxID], pod)
+}
+
+func checksum(k Kind, id, pod []byte) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte{byte(k)})
+	_, _ = h.Write(id)
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write(pod)
+	s := h.Sum32()
+	s = (s ^ s>>16) & 0xffff
+	if s == 0 {
+		s = 1
+	}
+	return s
+}
+
+func home(k Kind, id string, n int) int {
+	var h uint64 = 14695981039346656037
+	h = (h ^ uint64(k)) * 1099511628211
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint64(id[i])) * 1099511628211
+	}
+	return int(h % uint64(n))
+}
+
+// find returns the slot of (k, id) and its word, or -1; free is the first
+// deleted or empty slot on its probe path (-1 if none). Call with mu.
+func (t *Table) find(k Kind, id string) (at int, w uint64, free int) {
+	free = -1
+	i := home(k, id, t.slots)
+	for p := 0; p < maxProbe && p < t.slots; p++ {
+		w := atomic.LoadUint64(t.word(i))
+		switch {
+		case w == wordEmpty:
+			if free < 0 {
+				free = i
+			}
+			return -1, 0, free
+		case w == wordDeleted:
+			if free < 0 {
+				free = i
+			}
+		case wordKind(w) == k:
+			sid, spod := t.ids(i)
+			if string(sid) == id && wordSum(w) == checksum(k, sid, spod) {
+				return i, w, free
+			}
+		}
+		if i++; i == t.slots {
+			i = 0
+		}
+	}
+	return -1, 0, free
+}
+
+// overflow counts an object that found no slot.
+func (t *Table) overflow() { atomic.AddUint64(t.hword(offOverflows), 1) }
+
+// Begin records that an instance is about to hand the author the change
+// of (k, id) to state to (Removed for a remove): the entry's pending state,
+// cleared by End. A new object is inserted (its state Unknown until End,
+// Created for a creation). pod is a container's pod id. The returned slot
+// is for End; it is not Valid if nothing could be recorded (counted in
+// Overflows when for lack of room).
+func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
+	if t == nil {
+		return Slot{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return Slot{}
+	}
+	at, w, free := t.find(k, id)
+	if at < 0 {
+		if to == Removed {
+			return Slot{} // nothing recorded to remove
+		}
+		if free < 0 || len(id) > maxID || len(pod) > maxID {
+			t.overflow()
+			return Slot{}
+		}
+		t.setIDs(free, id, pod)
+		sid, spod := t.ids(free)
+		nw := t.withSeq(makeWord(k, Unknown, to, checksum(k, sid, spod)))
+		atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
+		return Slot{i: free, word: nw}
+	}
+	if w&lateBit != 0 && to != Unknown && wordState(w) >= to {
+		// A catch-up handed this change (or a later one) already.
+		if wordState(w) != to {
+			return Slot{handed: true}
+		}
+		nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
+		if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
+			return Slot{handed: true}
+		}
+		return Slot{i: at, word: nw, handed: true}
+	}
+	nw := t.withSeq(w&^(15<<8) | uint64(to&15)<<8)
+	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
+		return Slot{}
+	}
+	return Slot{i: at, word: nw}
+}
+
+// EndLate is End for a change a catch-up handed: the entry is marked
+// late (see Entry.Late), and a removed one stays, as Removed, until the
+// next catch-up drops it.
+func (t *Table) EndLate(s Slot) {
+	if t == nil || !s.Valid() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	w := s.word
+	nw := w&^(15<<8|15<<4) | uint64(wordPending(w)&15)<<4 | lateBit
+	atomic.CompareAndSwapUint64(t.word(s.i), w, nw)
+}
+
+// End records that the change Begin recorded was acted on: the entry's
+// state becomes the pending one, or the entry goes for a remove. It does
+// nothing if the entry changed since Begin (another instance moved it on).
+func (t *Table) End(s Slot) {
+	if t == nil || !s.Valid() {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	t.settle(s.i, s.word)
+}
+
+// settle makes the pending change of slot i (word w) its state, or frees
+// it for a remove. Call with mu.
+func (t *Table) settle(i int, w uint64) bool {
+	to := wordPending(w)
+	var nw uint64
+	if to == Removed {
+		nw = t.freed(i)
+	} else {
+		nw = w&^(15<<8|15<<4) | uint64(to&15)<<4
+	}
+	return atomic.CompareAndSwapUint64(t.word(i), w, nw)
+}
+
+// freed is the word for a slot that goes: empty if the next slot is
+// empty (no probe path goes through it), else deleted.
+func (t *Table) freed(i int) uint64 {
+	next := i + 1
+	if next == t.slots {
+		next = 0
+	}
+	if atomic.LoadUint64(t.word(next)) == wordEmpty {
+		return wordEmpty
+	}
+	return wordDeleted
+}
+
+// Resolve settles the pending change of (k, id), as End would: the
+// instance that took over from one that died inside that change's handler
+// decided it (acted on it again, or declared it in doubt and did not).
+// It reports whether there was such a change.
+func (t *Table) Resolve(k Kind, id string) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return false
+	}
+	at, w, _ := t.find(k, id)
+	if at < 0 || wordPending(w) == Unknown {
+		return false
+	}
+	return t.settle(at, w)
+}
+
+// Set makes (k, id)'s state st (inserting it with pod if absent), or
+// removes it for Removed: the catch-up bringing the record in line with
+// the runtime's list. A state only moves forward (created, running,
+// stopped); Set to an earlier state than the recorded one does nothing.
+// It reports false if the object could not be recorded.
+func (t *Table) Set(k Kind, id, pod string, st State) bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return false
+	}
+	at, w, free := t.find(k, id)
+	if at < 0 {
+		if st == Removed {
+			return true
+		}
+		if free < 0 || len(id) > maxID || len(pod) > maxID {
+			t.overflow()
+			return false
+		}
+		t.setIDs(free, id, pod)
+		sid, spod := t.ids(free)
+		atomic.StoreUint64(t.word(free), t.withSeq(makeWord(k, st, Unknown, checksum(k, sid, spod))))
+		return true
+	}
+	if st != Removed && wordState(w) >= st {
+		if wordPending(w) != Unknown && wordPending(w) <= wordState(w) {
+			atomic.CompareAndSwapUint64(t.word(at), w, w&^(15<<8))
+		}
+		return true
+	}
+	var nw uint64
+	if st == Removed {
+		nw = t.freed(at)
+	} else {
+		nw = t.withSeq(w&^(15<<8|15<<4) | uint64(st&15)<<4)
+	}
+	atomic.CompareAndSwapUint64(t.word(at), w, nw)
+	return true
+}
+
+// Entries returns every live entry, and how many slots were unreadable
+// (a state word whose checksum does not match its ids: a write this
+// build cannot explain). The order is the table's.
+func (t *Table) Entries() (entries []Entry, unreadable int) {
+	if t == nil {
+		return nil, 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return nil, 0
+	}
+	for i := 0; i < t.slots; i++ {
+		w := atomic.LoadUint64(t.word(i))
+		if w == wordEmpty || w == wordDeleted {
+			continue
+		}
+		id, pod := t.ids(i)
+		k := wordKind(w)
+		if w&liveBit == 0 || (k != Container && k != Pod) || wordSum(w) != checksum(k, id, pod) {
+			unreadable++
+			continue
+		}
+		entries = append(entries, Entry{Kind: k, ID: string(id), PodID: string(pod),
+			State: wordState(w), Pending: wordPending(w), Late: w&lateBit != 0, Seq: wordSeq(w)})
+	}
+	return entries, unreadable
+}
+
+// Drop frees every unreadable slot (see Entries); the catch-up calls it
+// once it has declared them.
+func (t *Table) Drop() {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	for i := 0; i < t.slots; i++ {
+		w := atomic.LoadUint64(t.word(i))
+		if w == wordEmpty || w == wordDeleted {
+			continue
+		}
+		id, pod := t.ids(i)
+		k := wordKind(w)
+		if w&liveBit == 0 || (k != Container && k != Pod) || wordSum(w) != checksum(k, id, pod) {
+			atomic.CompareAndSwapUint64(t.word(i), w, wordDeleted)
+		}
+	}
+}

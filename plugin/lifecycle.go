@@ -1,0 +1,434 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/internal/lifecycle"
+)
+
+// catchingUpKey marks the context of a handler call that hands a missed
+// lifecycle change (see CatchingUp).
+type catchingUpKey struct{}
+
+// CatchingUp reports whether ctx is that of a late call of an author's
+// handler by a catch-up: the lifecycle change it hands (StartContainer,
+// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox)
+// happened while no instance of the plugin acted, and the runtime did not
+// wait for it. For an object the runtime no longer lists, only the ids
+// are set: a container's Id, PodSandboxId and State (stopped), a pod's
+// Id; the pod passed with a container is the listed pod, or one with only
+// its Id set.
+func CatchingUp(ctx context.Context) bool {
+	v, _ := ctx.Value(catchingUpKey{}).(bool)
+	return v
+}
+
+// recordSlots is the size of a new lifecycle record (a variable for the
+// package's tests).
+var recordSlots = lifecycle.DefaultSlots
+
+// openRecord opens the lifecycle record if the author handles a
+// lifecycle change a catch-up can hand; nil (logged) if not, or if the
+// record cannot be used.
+func (p *Plugin) openRecord() *lifecycle.Table {
+	var m api.EventMask
+	for _, e := range []api.Event{api.Event_START_CONTAINER, api.Event_STOP_CONTAINER, api.Event_REMOVE_CONTAINER,
+		api.Event_STOP_POD_SANDBOX, api.Event_REMOVE_POD_SANDBOX} {
+		m.Set(e)
+	}
+	if p.handles&m == 0 {
+		return nil
+	}
+	t, err := lifecycle.OpenSlots(p.dir.Path(), recordSlots)
+	if err != nil {
+		msg := "no lifecycle record: the lifecycle changes of a window in which no instance acts cannot be handed to the author"
+		if errors.Is(err, lifecycle.ErrLayout) {
+			msg = "no lifecycle record (written by an incompatible build; left alone): the lifecycle changes of a window in which no instance acts cannot be handed to the author"
+		}
+		p.log.WithError(err).Warn(msg)
+		return nil
+	}
+	return t
+}
+
+// lifeEvent is the record's view of an event: what it is about and the
+// state it moves to.
+func lifeEvent(ev eventKind) (lifecycle.Kind, lifecycle.State, bool) {
+	switch ev {
+	case evCreateContainer:
+		return lifecycle.Container, lifecycle.Created, true
+	case evStartContainer:
+		return lifecycle.Container, lifecycle.Running, true
+	case evStopContainer:
+		return lifecycle.Container, lifecycle.Stopped, true
+	case evRemoveContainer:
+		return lifecycle.Container, lifecycle.Removed, true
+	case evRunPodSandbox:
+		return lifecycle.Pod, lifecycle.Running, true
+	case evStopPodSandbox:
+		return lifecycle.Pod, lifecycle.Stopped, true
+	case evRemovePodSandbox:
+		return lifecycle.Pod, lifecycle.Removed, true
+	}
+	return 0, 0, false
+}
+
+// record notes, for turn t of a lifecycle event on id (pod: a
+// container's pod id), that its change is being acted on; call done once
+// the author's handler returned. handed: a catch-up already handed the
+// author this change (the runtime had changed the object's state, as
+// listed, before it sent the event): the author must not get it again.
+// An event this connection does not act on but declared in doubt (the
+// owner died inside it) is recorded as decided at once: it is not handed
+// again by a catch-up. No system call: a few loads and stores in the
+// mapped record.
+func (t turn) record(ev eventKind, id, pod string) (done func(), handed bool) {
+	rec := t.a.p.rec
+	if rec == nil {
+		return nop, false
+	}
+	k, st, ok := lifeEvent(ev)
+	if !ok {
+		return nop, false
+	}
+	if !t.act {
+		if t.inDoubt {
+			rec.Set(k, id, pod, st)
+		}
+		return nop, false
+	}
+	s := rec.Begin(k, id, pod, st)
+	if s.Handed() {
+		t.a.p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
+			Info("a catch-up handed this lifecycle change to the author already; not handing it again")
+	}
+	return func() { rec.End(s) }, s.Handed()
+}
+
+func nop() {}
+
+// eventOfChange is the harness's event kind of a missed change's NRI event.
+func eventOfChange(e api.Event) eventKind {
+	for k, n := range nriEvents {
+		if n == e {
+			return eventKind(k)
+		}
+	}
+	return evRunPodSandbox
+}
+
+// noteGap is the coordinator's OnGap: this instance took over after a
+// window in which no instance acted, and acts from here on. It notes the
+// record's Seq at that moment for the gap's lifecycle catch-up (see
+// lifecycleGap), then counts and reports the gap.
+func (p *Plugin) noteGap(gap time.Duration) {
+	p.gapSeq.Store(p.rec.Seq()) // before the count: who reads the count reads this Seq or a later one
+	p.gaps.Add(1)
+	p.obs.Gap(gap)
+}
+
+// lifecycleGap reports whether the owner's Synchronize ends a window in
+// which no instance acted: a connection of this instance claimed or was
+// promoted while none acted and is to declare the gap
+// (protocol.Coordinator.GapPending), or this instance declared a gap since
+// its last lifecycle catch-up (a promotion, or a takeover at an event,
+// whose catch-up this is). It notes the gaps as caught up.
+//
+// upTo bounds the record's entries the catch-up may compare with the
+// runtime's list: for a gap declared earlier, the record's Seq when it
+// was declared (noteGap). This instance has acted since, and the list
+// may lag what it acted on: CRI-O sends a creation (RunPodSandbox,
+// CreateContainer) before it lists the new object (cri-o issue 10090),
+// and lists outside the lock its events take, so an object whose creation
+// was acted on just before the list may be missing from it, and would
+// read as gone (its stop and removal handed, then acted on again when the
+// runtime sends them: TestDemoFaultsInEveryMode, cri-o). An entry
+// written after the gap ended was written by an act: no change of that
+// window is to be found in it. For a gap this Synchronize ends, upTo is
+// the maximum: the connection's Configure bounds the entries (see
+// catchUpLifecycle).
+func (p *Plugin) lifecycleGap() (gap bool, upTo uint64) {
+	pending := p.coord.GapPending()
+	gaps := p.gaps.Load()
+	upTo = p.gapSeq.Load()
+	if pending {
+		gaps++ // declared when this connection takes the register
+		upTo = math.MaxUint64
+	}
+	for {
+		seen := p.lifeGaps.Load()
+		if !pending && gaps <= seen {
+			return false, 0
+		}
+		if gaps <= seen || p.lifeGaps.CompareAndSwap(seen, gaps) {
+			return true, upTo
+		}
+	}
+}
+
+// catchUpLifecycle hands the author, once, each lifecycle change of a
+// pod or container some instance acted on that no instance acted on since
+// (the record against the runtime's list: lifecycle.Diff), then brings the
+// record in line with the list. It runs in the Synchronize of an owner,
+// when no event is in flight. events is the connection's subscription:
+// a change the author does not subscribe to is recorded, not handed. The
+// updates the author's StopContainer returns are collected in updates.
+//
+// since is the record's Seq when the connection was configured: the
+// runtime listed after that, so an entry written later (an instance acted
+// meanwhile: a promoted owner's own connection) may be newer than the
+// list, and is left alone. So is one written after upTo (see
+// lifecycleGap): the gap ended before it.
+func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, since, upTo uint64, pods []*api.PodSandbox,
+	ctrs []*api.Container) (updates []*api.ContainerUpdate) {
+	rec := p.rec
+	if rec == nil {
+		return nil
+	}
+	if n := rec.Overflows(); n > p.unrecorded.Load() {
+		p.unrecorded.Store(n)
+		p.log.WithFields(logrus.Fields{"objects": n, "slots": rec.Slots(), "record": rec.Path()}).
+			Warn("lifecycle record full: some pods or containers found no room in it, and their lifecycle changes in a window in which no instance acted cannot be known")
+	}
+	// Nobody acted since the connection's Configure: the list is not
+	// older than the record, and the listed objects it lacks can be
+	// added. Else one it lacks may have gone since the runtime listed it.
+	quiet := rec.Seq() == since
+	if upTo < since {
+		since = upTo
+	}
+	entries, unreadable := rec.Entries()
+	entries = olderThan(entries, since)
+	if unreadable != 0 {
+		p.log.WithFields(logrus.Fields{"entries": unreadable, "record": rec.Path()}).
+			Warn("lifecycle record: unreadable entries dropped: their objects' lifecycle changes in a window in which no instance acted cannot be known")
+		rec.Drop()
+	}
+	ctx = context.WithValue(ctx, catchingUpKey{}, true)
+	// A change an instance began and did not finish: it died or froze
+	// inside the author's handler with no instance to take over: in
+	// doubt.
+	pending := false
+	for _, e := range entries {
+		if e.Pending == lifecycle.Unknown {
+			continue
+		}
+		pending = true
+		ev := pendingEvent(e)
+		if ev == evCreateContainer {
+			// The creation catch-up covers it: an unstamped container
+			// is handed to the author's Synchronize as unprocessed.
+			rec.Resolve(e.Kind, e.ID)
+			continue
+		}
+		act := p.cfg.atLeastOnce && ev != evRunPodSandbox && events.IsSet(nriEvents[ev])
+		// The protocol's register recorded this event as acted on and
+		// not finished: the takeover declares it in doubt (log, count,
+		// the author's InDoubt by key). Here it is only not handed
+		// again, or, with WithAtLeastOnce, handed.
+		p.log.WithFields(logrus.Fields{"event": ev.String(), "object": e.ID, "acting": act}).
+			Warn("lifecycle record: a change the instance acting on it died or froze inside (in doubt, declared by the takeover)")
+		if act {
+			updates = append(updates, p.handChange(ctx, lifecycle.Change{Event: nriEvents[ev], Entry: e,
+				Container: findContainer(ctrs, e.ID), Pod: findPod(pods, podOf(e))})...)
+		}
+		rec.Resolve(e.Kind, e.ID)
+	}
+	// The removals an earlier catch-up handed, kept in case the
+	// runtime still sent their events (see lifecycle.Entry.Late): done.
+	for _, e := range entries {
+		if e.State == lifecycle.Removed && e.Pending == lifecycle.Unknown {
+			rec.Set(e.Kind, e.ID, e.PodID, lifecycle.Removed)
+			pending = true
+		}
+	}
+	if pending {
+		entries, _ = rec.Entries()
+		entries = olderThan(entries, since)
+	}
+	changes, sets := lifecycle.Diff(entries, pods, ctrs)
+	// handed: the objects a change of which was handed here, marked late
+	// (see below): the record already holds their state after it.
+	handed := map[string]bool{}
+	for _, c := range changes {
+		if events.IsSet(c.Event) {
+			// Pending around the call, as on the event path; late after
+			// it: the runtime may send the event yet (it changed the
+			// state, as listed, before sending it: CRI-O and the kit's
+			// runtime in its mode drop a removed pod from their list
+			// before they send RemovePodSandbox, and list outside the
+			// lock their events take), and then the event path finds
+			// it handed.
+			s := rec.Begin(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
+			updates = append(updates, p.handChange(ctx, c)...)
+			rec.EndLate(s)
+			p.caughtUpChanges.Add(1)
+			handed[c.Entry.Kind.String()+"/"+c.Entry.ID] = true
+			continue
+		}
+		rec.Set(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
+	}
+	known := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		known[e.Kind.String()+"/"+e.ID] = true
+	}
+	for _, s := range sets {
+		if s.Kind == lifecycle.Pod && !p.recPods && s.State != lifecycle.Removed {
+			continue // the author handles no pod change: pods are not recorded
+		}
+		if !quiet && !known[s.Kind.String()+"/"+s.ID] {
+			continue // listed, not recorded: may be gone since (see quiet)
+		}
+		if handed[s.Kind.String()+"/"+s.ID] {
+			// Set to Removed would drop the late entry, and the
+			// runtime's own RemovePodSandbox or RemoveContainer, still
+			// to come, would reach the author a second time. It stays,
+			// late, until that event or the next catch-up.
+			continue
+		}
+		rec.Set(s.Kind, s.ID, s.PodID, s.State)
+	}
+	return updates
+}
+
+// olderThan keeps the entries written at or before seq.
+func olderThan(entries []lifecycle.Entry, seq uint64) []lifecycle.Entry {
+	out := entries[:0]
+	for _, e := range entries {
+		if e.Seq <= seq {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// handChange calls the author's handler for a missed change (ctx marked,
+// see CatchingUp) and logs it.
+func (p *Plugin) handChange(ctx context.Context, c lifecycle.Change) []*api.ContainerUpdate {
+	e := c.Entry
+	ctr := c.Container
+	if ctr == nil && e.Kind == lifecycle.Container {
+		ctr = &api.Container{Id: e.ID, PodSandboxId: e.PodID, State: api.ContainerState_CONTAINER_STOPPED}
+	}
+	pod := c.Pod
+	if pod == nil {
+		pod = &api.PodSandbox{Id: podOf(e)}
+	}
+	ev := eventOfChange(c.Event)
+	log := p.log.WithFields(logrus.Fields{"event": ev.String(), "object": e.ID, "gone": c.Container == nil && c.Pod == nil})
+	var (
+		updates []*api.ContainerUpdate
+		err     error
+	)
+	switch c.Event {
+	case api.Event_START_CONTAINER:
+		if h, ok := p.author.(stub.StartContainerInterface); ok {
+			err = h.StartContainer(ctx, pod, ctr)
+		}
+	case api.Event_STOP_CONTAINER:
+		if h, ok := p.author.(stub.StopContainerInterface); ok {
+			updates, err = h.StopContainer(ctx, pod, ctr)
+		}
+	case api.Event_REMOVE_CONTAINER:
+		if h, ok := p.author.(stub.RemoveContainerInterface); ok {
+			err = h.RemoveContainer(ctx, pod, ctr)
+		}
+	case api.Event_STOP_POD_SANDBOX:
+		if h, ok := p.author.(stub.StopPodInterface); ok {
+			err = h.StopPodSandbox(ctx, pod)
+		}
+	case api.Event_REMOVE_POD_SANDBOX:
+		if h, ok := p.author.(stub.RemovePodInterface); ok {
+			err = h.RemovePodSandbox(ctx, pod)
+		}
+	}
+	if err != nil {
+		log.WithError(err).Warn("caught up: the author's handler of a missed lifecycle change failed")
+	} else {
+		log.Warn("caught up: a lifecycle change no instance acted on (it happened while none did) handed to the author")
+	}
+	return updates
+}
+
+// pendingEvent is the event of an entry's pending change.
+func pendingEvent(e lifecycle.Entry) eventKind {
+	if e.Kind == lifecycle.Pod {
+		switch e.Pending {
+		case lifecycle.Running:
+			return evRunPodSandbox
+		case lifecycle.Stopped:
+			return evStopPodSandbox
+		default:
+			return evRemovePodSandbox
+		}
+	}
+	switch e.Pending {
+	case lifecycle.Created:
+		return evCreateContainer
+	case lifecycle.Running:
+		return evStartContainer
+	case lifecycle.Stopped:
+		return evStopContainer
+	default:
+		return evRemoveContainer
+	}
+}
+
+// stateAfter is the record's state once a missed change is handed.
+func stateAfter(e api.Event) lifecycle.State {
+	switch e {
+	case api.Event_START_CONTAINER:
+		return lifecycle.Running
+	case api.Event_STOP_CONTAINER, api.Event_STOP_POD_SANDBOX:
+		return lifecycle.Stopped
+	}
+	return lifecycle.Removed
+}
+
+func podOf(e lifecycle.Entry) string {
+	if e.Kind == lifecycle.Pod {
+		return e.ID
+	}
+	return e.PodID
+}
+
+func findContainer(ctrs []*api.Container, id string) *api.Container {
+	for _, c := range ctrs {
+		if c.GetId() == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func findPod(pods []*api.PodSandbox, id string) *api.PodSandbox {
+	for _, p := range pods {
+		if p.GetId() == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// applyLate sends the updates the author returned for the missed stops a
+// catch-up handed, through UpdateContainers once this connection's
+// Synchronize has returned (from inside it the call would deadlock).
+func (a *adapter) applyLate(updates []*api.ContainerUpdate) {
+	select {
+	case <-a.synced:
+	case <-a.lost:
+		return
+	}
+	if failed, err := a.p.UpdateContainers(updates); err != nil {
+		a.p.log.WithError(err).WithField("updates", len(updates)).Warn("caught up: cannot apply the updates the author returned for missed stops")
+	} else if len(failed) != 0 {
+		a.p.log.WithField("failed", len(failed)).Warn("caught up: the runtime refused some updates the author returned for missed stops")
+	}
+}

@@ -1,0 +1,258 @@
+package plugintest
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nri-handover/nri-handover/plugin"
+)
+
+// lifeAuthor handles every lifecycle change a catch-up can hand. block,
+// if set, is called at the start of its StopContainer.
+type lifeAuthor struct {
+	stopper
+	block func(id string)
+}
+
+func (*lifeAuthor) StartContainer(context.Context, *api.PodSandbox, *api.Container) error { return nil }
+func (*lifeAuthor) RemoveContainer(context.Context, *api.PodSandbox, *api.Container) error {
+	return nil
+}
+func (*lifeAuthor) StopPodSandbox(context.Context, *api.PodSandbox) error   { return nil }
+func (*lifeAuthor) RemovePodSandbox(context.Context, *api.PodSandbox) error { return nil }
+func (a *lifeAuthor) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	if a.block != nil && !plugin.CatchingUp(ctx) {
+		a.block(c.GetId())
+	}
+	return nil, nil
+}
+
+// changesSince returns the caught-up changes after the first skip, as
+// "Event id" sorted.
+func changesSince(n *Node, skip int) []string {
+	var out []string
+	for _, c := range n.CaughtUpChanges()[skip:] {
+		out = append(out, string(c.Event)+" "+c.ID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sorted(s ...string) []string { sort.Strings(s); return s }
+
+// must fails the test on err.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The only instance is killed while containers are started, stopped and
+// removed and pods go; the next instance's catch-up hands its author
+// every lifecycle change of an object that existed before the gap, once;
+// a second gap's catch-up hands the changes of that gap only, and a clean
+// handover hands nothing. A container that lived and died inside a gap
+// is handed nothing (unknowable: it stays declared in the gap).
+func TestEveryGapEndsWithALifecycleCatchUp(t *testing.T) {
+	for _, mode := range []Mode{ModeContainerd, ModeCRIO} {
+		t.Run(string(mode), func(t *testing.T) {
+			n := newNode(t, Config{
+				Runtime: RuntimeOptions{Mode: mode},
+				Plugin: func(string) (interface{}, []plugin.Option) {
+					return &lifeAuthor{}, []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+				},
+			})
+			rt := n.Runtime()
+			ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+			defer cancel()
+			v1 := start(t, n, "1.0.0")
+			podA, err := rt.RunPod(ctx, "a")
+			must(t, err)
+			podB, err := rt.RunPod(ctx, "b")
+			must(t, err)
+			ctr := func(pod *api.PodSandbox, name string, run bool) string {
+				c, err := rt.CreateContainer(ctx, pod.Id, name, nil)
+				must(t, err)
+				if run {
+					must(t, rt.StartContainer(ctx, c.Id))
+				}
+				return c.Id
+			}
+			a1, a2, a3, a4 := ctr(podA, "a1", false), ctr(podA, "a2", true), ctr(podA, "a3", true), ctr(podA, "a4", true)
+			b1 := ctr(podB, "b1", true)
+
+			v1.Crash() // the only instance: what follows reaches nobody
+			must(t, rt.StartContainer(ctx, a1))
+			must(t, rt.StopContainer(ctx, a2))
+			must(t, rt.RemoveContainer(ctx, a3))
+			must(t, rt.RemovePod(ctx, podB.Id))
+			x1 := ctr(podA, "x1", true) // lives and dies inside the gap
+			must(t, rt.RemoveContainer(ctx, x1))
+
+			start(t, n, "2.0.0")
+			got := changesSince(n, 0)
+			want := sorted("StartContainer "+a1, "StopContainer "+a2, "StopContainer "+a3,
+				"StopContainer "+b1, "RemoveContainer "+b1, "StopPodSandbox "+podB.Id, "RemovePodSandbox "+podB.Id)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("first catch-up handed\n %v\nwant\n %v", got, want)
+			}
+			res, err := n.Check()
+			must(t, err)
+			if len(res.ChangesTwice) != 0 || res.CaughtUpChanges != len(want) {
+				t.Fatalf("changes twice %v, caught up %d", res.ChangesTwice, res.CaughtUpChanges)
+			}
+			first := len(n.CaughtUpChanges())
+
+			// A clean handover: nothing was missed, nothing is handed.
+			v3, err := n.Upgrade(ctx, "3.0.0")
+			must(t, err)
+			if got := changesSince(n, first); len(got) != 0 {
+				t.Fatalf("a clean handover handed %v", got)
+			}
+
+			// A second gap in a row: only its own changes.
+			v3.Crash()
+			must(t, rt.RemovePod(ctx, podA.Id))
+			start(t, n, "4.0.0")
+			got = changesSince(n, first)
+			want = sorted("StopContainer "+a1, "StopContainer "+a4,
+				"RemoveContainer "+a1, "RemoveContainer "+a2, "RemoveContainer "+a3, "RemoveContainer "+a4,
+				"StopPodSandbox "+podA.Id, "RemovePodSandbox "+podA.Id)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("second catch-up handed\n %v\nwant\n %v", got, want)
+			}
+			res, err = n.Check()
+			must(t, err)
+			if len(res.ChangesTwice) != 0 {
+				t.Fatalf("changes handed twice or acted on and handed: %v", res.ChangesTwice)
+			}
+			for _, c := range n.CaughtUpChanges() {
+				if c.ID == x1 {
+					t.Fatalf("%s lived and died inside the gap, yet %s was handed", x1, c.Event)
+				}
+			}
+			var stats plugin.Stats
+			for _, in := range n.Instances() {
+				s := in.Plugin().Stats()
+				stats.CaughtUpChanges += s.CaughtUpChanges
+			}
+			if int(stats.CaughtUpChanges) != len(n.CaughtUpChanges()) {
+				t.Fatalf("Stats.CaughtUpChanges %d, handed %d", stats.CaughtUpChanges, len(n.CaughtUpChanges()))
+			}
+		})
+	}
+}
+
+// An owner killed inside its author's StopContainer (the record has the
+// stop begun, not finished) leaves that stop in doubt: the next owner's
+// catch-up declares it to the author's InDoubt and, at most once by
+// default, does not hand it again; the container's removal in the gap is
+// still handed once its pod is gone.
+func TestOwnerKilledInsideAStopIsInDoubtNotHandedAgain(t *testing.T) {
+	inside := make(chan string, 1)
+	release := make(chan struct{})
+	n := newNode(t, Config{Plugin: func(v string) (interface{}, []plugin.Option) {
+		a := &lifeAuthor{}
+		if v == "1.0.0" {
+			a.block = func(id string) {
+				inside <- id
+				<-release
+			}
+		}
+		return a, []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+	}})
+	t.Cleanup(func() { close(release) })
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	v1 := start(t, n, "1.0.0")
+	pod, err := rt.RunPod(ctx, "p")
+	must(t, err)
+	c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, c.Id))
+	stopped := make(chan error, 1)
+	go func() { stopped <- rt.StopContainer(ctx, c.Id) }()
+	<-inside
+	v1.Crash() // inside the author's StopContainer
+	<-stopped  // the runtime goes on without it
+	must(t, rt.RemovePod(ctx, pod.Id))
+	start(t, n, "2.0.0")
+	got := changesSince(n, 0)
+	want := sorted("RemoveContainer "+c.Id, "StopPodSandbox "+pod.Id, "RemovePodSandbox "+pod.Id)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
+	}
+	key, _ := ProtocolKey(EventStopContainer, c.Id)
+	declared := 0
+	for _, d := range n.Declarations() {
+		if d.Event == EventStopContainer && d.ID == c.Id || d.HasKey && d.Key == key {
+			declared++
+		}
+	}
+	if declared != 1 {
+		t.Fatalf("the stop %s was declared in doubt %d times, want once: %+v", c.Id, declared, n.Declarations())
+	}
+	if st := n.Instances()[1].Plugin().Stats(); st.InDoubt != 1 {
+		t.Fatalf("v2 counts %d in doubt, want 1", st.InDoubt)
+	}
+	res, err := n.Check()
+	must(t, err)
+	if len(res.ChangesTwice) != 0 {
+		t.Fatalf("%v", strings.Join(res.ChangesTwice, "; "))
+	}
+}
+
+// The only instance frozen (SIGSTOP) until the runtime drops it, while a
+// container stops and goes and a pod goes; then a new instance starts:
+// its catch-up hands each of those changes once, none also acted on.
+func TestFrozenOwnerDroppedThenLifecycleCatchUp(t *testing.T) {
+	n := newNode(t, Config{
+		Runtime: RuntimeOptions{RequestTimeout: 300 * time.Millisecond},
+		Plugin: func(string) (interface{}, []plugin.Option) {
+			return &lifeAuthor{}, []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+		},
+	})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	v1 := start(t, n, "1.0.0")
+	podA, err := rt.RunPod(ctx, "a")
+	must(t, err)
+	podB, err := rt.RunPod(ctx, "b")
+	must(t, err)
+	a1, err := rt.CreateContainer(ctx, podA.Id, "a1", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, a1.Id))
+	b1, err := rt.CreateContainer(ctx, podB.Id, "b1", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, b1.Id))
+
+	v1.Freeze()
+	// The first event waits out the request timeout: the runtime drops v1.
+	_ = rt.StopContainer(ctx, a1.Id)
+	must(t, rt.RemovePod(ctx, podB.Id))
+	start(t, n, "2.0.0")
+	v1.Thaw()
+	got := changesSince(n, 0)
+	// a1's stop included: the frozen instance never read that request
+	// (the kit's freeze, as SIGSTOP, stops its connection), so it reached
+	// nobody.
+	want := sorted("StopContainer "+a1.Id, "StopContainer "+b1.Id, "RemoveContainer "+b1.Id,
+		"StopPodSandbox "+podB.Id, "RemovePodSandbox "+podB.Id)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
+	}
+	res, err := n.Check()
+	must(t, err)
+	if res.ChangeDuplicates != 0 {
+		t.Fatalf("%v", res.ChangesTwice)
+	}
+}
