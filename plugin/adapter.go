@@ -346,11 +346,6 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			}
 			fresh = append(fresh, p.goneInstancesMissed(ctx, mine, synced)...)
 		}
-		if p.coord.ActedBefore() {
-			// An instance of this plugin acted on this node before: these
-			// were created while none did (a catch-up).
-			p.caughtUp.Add(uint64(len(fresh)))
-		}
 		handMu.Lock()
 		late := abandoned
 		handMu.Unlock()
@@ -360,6 +355,13 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		u, err := syncer.Synchronize(ctx, pods, fresh)
 		if err != nil {
 			return fmt.Errorf("author Synchronize: %w", err)
+		}
+		if p.coord.ActedBefore() {
+			// An instance of this plugin acted on this node before: these
+			// were created while none did (a catch-up). Counted once the
+			// author has them: a claim given up before, or a Synchronize
+			// that failed, handed nothing.
+			p.caughtUp.Add(uint64(len(fresh)))
 		}
 		handMu.Lock()
 		tookHanded = true
