@@ -377,6 +377,9 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
+	if hasSync && (err != nil || role != hapi.Role_ROLE_OWNER) {
+		p.noteListedUnhanded(ctrs)
+	}
 	handMu.Lock()
 	abandoned = true
 	handedTook := tookHanded
@@ -558,6 +561,61 @@ func (p *Plugin) noteMissedDurably(c *api.Container) {
 	}
 }
 
+// listedNoter names, in a note of a missed creation, a Synchronize that
+// listed the container and did not hand it (see noteListedUnhanded):
+// any owner's catch-up hands it. No instance id has a colon
+// (stamp.ValidateInstance).
+const listedNoter = "listed:synchronize"
+
+// noteListedUnhanded notes the containers a Synchronize listed that no
+// instance processed (no valid stamp, not in the synced-unstamped record)
+// when this Synchronize does not hand them: its claim failed, or another
+// instance owns. Created while no instance acted and ended before the next
+// owner's Synchronize could list them, they were known to this one alone
+// and never handed (the demo, mode gap, -faults 10: "listed by a runtime
+// Synchronize, never handed to an author"). A container noted already
+// keeps its note.
+func (p *Plugin) noteListedUnhanded(ctrs []*api.Container) {
+	if !p.coord.ActedBefore() {
+		return // before any instance acted: the first owner's Synchronize hands them
+	}
+	var fresh []*api.Container
+	for _, c := range ctrs {
+		if p.check(c) != nil {
+			fresh = append(fresh, c)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot tell which listed containers were synchronized; not noting them")
+		return
+	}
+	noted, err := p.dir.NotedMissed()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot read the noted missed creations; not noting the listed ones")
+		return
+	}
+	for _, c := range fresh {
+		id := c.GetId()
+		if _, ok := synced[id]; ok {
+			continue
+		}
+		if _, ok := noted[id]; ok {
+			continue
+		}
+		b, err := proto.Marshal(c)
+		if err == nil {
+			err = p.dir.NoteMissed(id, listedNoter, b)
+		}
+		if err != nil {
+			p.log.WithError(err).WithField("container", id).Warn("cannot note a listed container no instance processed")
+		}
+	}
+}
+
 // goneInstancesMissed returns the missed creations noted by instances
 // that are gone (see noteMissedDurably), except those in mine (listed, or
 // this instance's own): a catch-up hands them. The notes of containers in
@@ -582,6 +640,9 @@ func (p *Plugin) goneInstancesMissed(ctx context.Context, mine map[string]bool, 
 			continue
 		}
 		gone, asked := goneBy[n.Instance]
+		if n.Instance == listedNoter {
+			gone, asked = true, true
+		}
 		if !asked {
 			gone = p.dir.InstanceGone(ctx, n.Instance)
 			goneBy[n.Instance] = gone
@@ -693,6 +754,20 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id}).
 			Warn("the runtime gave up on this request before its handler started; not acting on it")
 	} else if !a.closed.Load() && a.tag != 0 {
+		if old := a.retiring.Load(); old != nil && old.adapter.runtimeClosed() {
+			// The connection this one replaces was dropped by the runtime
+			// (a request to it timed out: the instance was frozen) before
+			// this one was appended, while it still owned the register:
+			// the events in between reached no connection of this
+			// instance, and none of another took them (the register was
+			// not taken). Reported lost now, not when its close is read,
+			// so that this connection's takeover below declares the gap
+			// since the last act (Coordinator.Decide: a takeover from a
+			// dead owner). The demo, mode gap, -faults 10: 21 events
+			// unsaid between a frozen owner's drop and its catch-up
+			// connection's append.
+			p.coord.DropConn(old.adapter.tag)
+		}
 		dec := p.coord.Decide(a.tag, t.key, 1<<uint(nriEvents[event]), a.runtimeClosed)
 		t.act = dec.Act || dec.InDoubt && p.cfg.atLeastOnce
 		t.inDoubt = dec.InDoubt

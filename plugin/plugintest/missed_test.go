@@ -2,6 +2,7 @@ package plugintest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -319,6 +320,166 @@ func TestMissedCreationOfAKilledOwnerIsHandedByTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitHanded(t, n, c.Id)
+	res, err := n.Check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.UnprocessedCount != 0 || len(res.HandedTwice) != 0 {
+		t.Fatalf("unprocessed %v, handed twice %v; want none", res.Unprocessed, res.HandedTwice)
+	}
+}
+
+// An owner that asked for a catch-up (it acted on the stop of a missed
+// creation; the runtime holds plugin sync, so the catch-up's connection
+// waits) is frozen, and the runtime drops its connection when a request to
+// it times out. The next event reaches no connection of the plugin. Then
+// the owner is thawed and its catch-up connection appended: at its first
+// event it takes over from its own dropped connection, which still owned
+// the register. That takeover must declare the gap from the last act:
+// before, the drop was read only after it (the demo, mode gap, -faults 10:
+// 21 events unsaid).
+func TestFrozenOwnerDroppedBeforeItsCatchUpDeclaresTheGap(t *testing.T) {
+	log := newLines()
+	n := newNode(t, Config{Runtime: RuntimeOptions{Mode: ModeCRIO, RequestTimeout: 200 * time.Millisecond}, Log: log})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	pod, err := rt.RunPod(ctx, "pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan *api.Container, 1)
+	var once sync.Once
+	rt.mu.Lock()
+	rt.afterSync = func() {
+		once.Do(func() {
+			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- c
+		})
+	}
+	rt.mu.Unlock()
+	v1, err := n.Start("1.0.0", plugin.WithLeaveTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v1.WaitOwner(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := <-late
+	if c == nil {
+		t.FailNow()
+	}
+	waitPlugins(t, rt, 1)
+	release := rt.HoldPluginSync()
+	defer release()
+	if err := rt.StopContainer(ctx, c.Id); err != nil {
+		t.Fatal(err)
+	}
+	log.wait(t, "handing it to the author as unprocessed")
+	v1.Freeze()
+	if _, err := rt.RunPod(ctx, "timed-out"); err != nil { // the runtime drops the frozen connection
+		t.Fatal(err)
+	}
+	waitPlugins(t, rt, 0)
+	unseen, err := rt.RunPod(ctx, "unseen") // reaches no connection of the plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1.Thaw()
+	release()
+	waitPlugins(t, rt, 1)
+	if _, err := rt.RunPod(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	var at time.Time
+	for _, d := range rt.Deliveries() {
+		if d.Event == EventRunPodSandbox && d.ID == unseen.Id {
+			at = d.Start
+		}
+	}
+	if at.IsZero() {
+		t.Fatalf("no delivery of %s", unseen.Id)
+	}
+	if n.Ledger().actedOn(unseen.Id) {
+		t.Fatalf("%s was acted on: the test needs it to reach nobody", unseen.Id)
+	}
+	for _, d := range n.Declarations() {
+		if d.Gap && !at.Before(d.Start) && !at.After(d.End) {
+			return
+		}
+	}
+	t.Fatalf("RunPodSandbox %s, delivered at %s to no connection of the plugin, is in no declared gap window (declarations %+v)",
+		unseen.Id, at.Format("15:04:05.000000"), n.Declarations())
+}
+
+// failingSync is an author whose Synchronize always fails.
+type failingSync struct{ stopper }
+
+func (*failingSync) Synchronize(context.Context, []*api.PodSandbox, []*api.Container) ([]*api.ContainerUpdate, error) {
+	return nil, errors.New("broken on purpose")
+}
+
+// A container created while no instance is connected (the owner was
+// killed) is listed only by a newcomer whose author Synchronize fails (its
+// claim fails: it hands nothing), and ends before the next owner's
+// Synchronize. It was handed to nobody (the demo, mode gap, -faults 10:
+// "listed by a runtime Synchronize, never handed to an author"). The
+// failed Synchronize notes it, and the next owner's catch-up hands it.
+func TestContainerListedOnlyByAFailedSynchronizeIsHanded(t *testing.T) {
+	n := newNode(t, Config{Runtime: RuntimeOptions{Mode: ModeCRIO}, Plugin: func(v string) (interface{}, []plugin.Option) {
+		if v == "2.0.0" {
+			return &failingSync{}, nil
+		}
+		return &stopper{}, []plugin.Option{plugin.WithLeaveTimeout(100 * time.Millisecond)}
+	}})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	v1 := start(t, n, "1.0.0")
+	pod, err := rt.RunPod(ctx, "pod") // acted on: an instance acted before
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1.Crash()
+	x, err := rt.CreateContainer(ctx, pod.Id, "x", nil) // reaches nobody
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := n.Start("2.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func() bool {
+		for _, s := range rt.Syncs() {
+			for _, id := range s.Containers {
+				if id == x.Id {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for !listed() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no Synchronize listed %s", x.Id)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := v2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.StopContainer(ctx, x.Id); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RemoveContainer(ctx, x.Id); err != nil {
+		t.Fatal(err)
+	}
+	start(t, n, "1.0.0")
+	waitHanded(t, n, x.Id)
 	res, err := n.Check()
 	if err != nil {
 		t.Fatal(err)

@@ -152,20 +152,25 @@ func (h *handlers) Configure(ctx context.Context, config, runtime, version strin
 	return m, nil
 }
 
-// Synchronize notes the containers the harness hands the author (those no
-// instance processed: see Node.CatchUps) and passes them on.
+// Synchronize passes the call on and notes the containers the harness
+// handed the author (those no instance processed: see Node.CatchUps) once
+// the author's Synchronize has taken them (returned no error).
 func (h *handlers) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
-	if h.handed != nil && len(ctrs) != 0 {
+	var (
+		updates []*api.ContainerUpdate
+		err     error
+	)
+	if s, ok := h.author.(stub.SynchronizeInterface); ok {
+		updates, err = s.Synchronize(ctx, pods, ctrs)
+	}
+	if err == nil && h.handed != nil && len(ctrs) != 0 {
 		ids := make([]string, 0, len(ctrs))
 		for _, c := range ctrs {
 			ids = append(ids, c.GetId())
 		}
 		h.handed(ids)
 	}
-	if s, ok := h.author.(stub.SynchronizeInterface); ok {
-		return s.Synchronize(ctx, pods, ctrs)
-	}
-	return nil, nil
+	return updates, err
 }
 
 func (h *handlers) Reconcile(ctx context.Context, p *plugin.Plugin, older []*plugin.StampedContainer) error {
