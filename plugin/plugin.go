@@ -1083,7 +1083,21 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	if c.adapter.quiet {
 		startCtx = ctx
 	}
-	if err := s.Start(startCtx); err != nil {
+	// The stub's Start waits for the runtime's Configure without watching
+	// the connection (containerd/nri v0.12.5, stub.Start): a connection the
+	// runtime closes after the registration and before Configure (a kill
+	// or freeze of this instance, a runtime restart) left it waiting
+	// forever, and with it Run: the demo hung at a full core, the rollout's
+	// Crash waiting for a Run that never returned. Its close ends the
+	// wait; the stub's goroutine is left to the stub.
+	started := make(chan error, 1)
+	go func() { started <- s.Start(startCtx) }()
+	select {
+	case err = <-started:
+	case <-c.closed:
+		err = errors.New("the connection closed before the runtime configured it")
+	}
+	if err != nil {
 		p.disconnect(c)
 		return nil, fmt.Errorf("start NRI stub: %w", err)
 	}
