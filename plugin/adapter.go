@@ -334,6 +334,13 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 				}
 			}
 		}
+		// viaNote: the containers handed from a note (this instance's
+		// missed creations, and those of instances that are gone): only
+		// if this catch-up takes the note (takeNotes).
+		viaNote := map[string]bool{}
+		for _, c := range took {
+			viaNote[c.GetId()] = true
+		}
 		if p.coord.ActedBefore() {
 			// Noted by an instance that died before its catch-up: handed
 			// by this one unless listed (then handed above) or synchronized.
@@ -344,7 +351,10 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			for _, c := range ctrs {
 				mine[c.GetId()] = true
 			}
-			fresh = append(fresh, p.goneInstancesMissed(ctx, mine, synced)...)
+			for _, c := range p.goneInstancesMissed(ctx, mine, synced) {
+				viaNote[c.GetId()] = true
+				fresh = append(fresh, c)
+			}
 		}
 		handMu.Lock()
 		late := abandoned
@@ -352,8 +362,11 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if late {
 			return errors.New("the claim gave up before the author's Synchronize")
 		}
+		var notesTaken []string
+		fresh, notesTaken = p.takeNotes(fresh, viaNote)
 		u, err := syncer.Synchronize(ctx, pods, fresh)
 		if err != nil {
+			p.returnNotes(notesTaken)
 			return fmt.Errorf("author Synchronize: %w", err)
 		}
 		if p.coord.ActedBefore() {
@@ -558,6 +571,59 @@ func (p *Plugin) noteMissedDurably(c *api.Container) {
 	if err != nil {
 		p.log.WithError(err).WithField("container", c.GetId()).
 			Warn("cannot keep the note of a missed creation; if this instance dies before its catch-up, the container is not handed")
+	}
+}
+
+// takeNotes takes the notes of the containers a catch-up is about to hand
+// (protocol.Dir.TakeMissed), so that two instances that both noted a
+// container do not both hand it (one saw a later event of it as owner,
+// then yielded and handed what it had noted; its successor saw the next
+// one: the demo, mode gap, "handed to a catch-up more than once"). It
+// returns the containers to hand, and the notes it took: a container
+// whose note another instance took is left to it; one without a note is
+// handed if it came from a listing (viaNote false) or no catch-up has
+// recorded it synchronized since.
+func (p *Plugin) takeNotes(fresh []*api.Container, viaNote map[string]bool) (hand []*api.Container, taken []string) {
+	var unnoted []*api.Container
+	for _, c := range fresh {
+		id := c.GetId()
+		ok, busy, err := p.dir.TakeMissed(id)
+		switch {
+		case err != nil:
+			p.log.WithError(err).WithField("container", id).Warn("cannot take the note of a missed creation; handing it")
+			hand = append(hand, c)
+		case ok:
+			taken = append(taken, id)
+			hand = append(hand, c)
+		case busy:
+			p.log.WithField("container", id).Info("another instance is handing this missed creation; leaving it to it")
+		case viaNote[id]:
+			unnoted = append(unnoted, c)
+		default:
+			hand = append(hand, c)
+		}
+	}
+	if len(unnoted) == 0 {
+		return hand, taken
+	}
+	synced, err := p.dir.SyncedUnstamped()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot tell which unstamped containers were synchronized before")
+	}
+	for _, c := range unnoted {
+		if _, was := synced[c.GetId()]; !was {
+			hand = append(hand, c)
+		}
+	}
+	return hand, taken
+}
+
+// returnNotes puts back the notes takeNotes took, for a hand that failed.
+func (p *Plugin) returnNotes(ids []string) {
+	for _, id := range ids {
+		if err := p.dir.ReturnMissed(id); err != nil {
+			p.log.WithError(err).WithField("container", id).Warn("cannot return the note of a missed creation")
+		}
 	}
 }
 

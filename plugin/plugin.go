@@ -873,6 +873,14 @@ func (p *Plugin) handMissedNow() {
 	if len(fresh) == 0 {
 		return
 	}
+	viaNote := make(map[string]bool, len(fresh))
+	for _, c := range fresh {
+		viaNote[c.GetId()] = true
+	}
+	fresh, notesTaken := p.takeNotes(fresh, viaNote)
+	if len(fresh) == 0 {
+		return
+	}
 	p.log.WithField("containers", ids).Warn("no longer owner before the catch-up: handing the missed creations only this instance saw to the author now")
 	rt := p.RequestTimeout()
 	if rt <= 0 {
@@ -883,6 +891,7 @@ func (p *Plugin) handMissedNow() {
 	updates, err := syncer.Synchronize(ctx, nil, fresh)
 	if err != nil {
 		p.log.WithError(err).Warn("author Synchronize of the missed creations failed; handing them again at this instance's next catch-up")
+		p.returnNotes(notesTaken)
 		p.restoreMissed(fresh)
 		return
 	}

@@ -89,6 +89,45 @@ func (d *Dir) NotedMissed() (map[string]MissedNote, error) {
 	return out, nil
 }
 
+// takingPrefix names a note taken for handing (TakeMissed).
+const takingPrefix = ".taking-"
+
+// TakeMissed takes the note of container id for handing, so that no other
+// instance hands it at the same time (two instances may note the same
+// container: both saw a later event of it). taken: this call took it;
+// busy: another instance took it and has not dropped it (its hand is
+// under way, or it died in it). Neither: there is no note.
+func (d *Dir) TakeMissed(id string) (taken, busy bool, err error) {
+	if err := validNoteName(id); err != nil {
+		return false, false, fmt.Errorf("take missed creation: %w", err)
+	}
+	dir := filepath.Join(d.path, missedDirName)
+	err = os.Rename(filepath.Join(dir, id), filepath.Join(dir, takingPrefix+id))
+	switch {
+	case err == nil:
+		return true, false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, false, fmt.Errorf("take missed creation %s: %w", id, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, takingPrefix+id)); err == nil {
+		return false, true, nil
+	}
+	return false, false, nil
+}
+
+// ReturnMissed puts back the note of container id taken by TakeMissed
+// (its hand failed): another catch-up may take it.
+func (d *Dir) ReturnMissed(id string) error {
+	if validNoteName(id) != nil {
+		return nil
+	}
+	dir := filepath.Join(d.path, missedDirName)
+	if err := os.Rename(filepath.Join(dir, takingPrefix+id), filepath.Join(dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("return missed creation %s: %w", id, err)
+	}
+	return nil
+}
+
 // DropMissed removes the notes of the containers ids (handed, and recorded
 // in the synced-unstamped record). A missing note is no error.
 func (d *Dir) DropMissed(ids []string) error {
@@ -97,9 +136,11 @@ func (d *Dir) DropMissed(ids []string) error {
 		if validNoteName(id) != nil {
 			continue
 		}
-		err := os.Remove(filepath.Join(d.path, missedDirName, id))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+		for _, name := range []string{id, takingPrefix + id} {
+			err := os.Remove(filepath.Join(d.path, missedDirName, name))
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -74,3 +74,36 @@ func TestInstanceGone(t *testing.T) {
 		t.Error("an instance whose socket refuses connections is not gone")
 	}
 }
+
+// A note is taken by one caller only; another finds it busy until it is
+// returned or dropped; a missing note is neither taken nor busy.
+func TestTakeMissedIsExclusive(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.NoteMissed("ctr-1", "i01", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(what string, wantTaken, wantBusy bool) {
+		t.Helper()
+		taken, busy, err := d.TakeMissed("ctr-1")
+		if err != nil || taken != wantTaken || busy != wantBusy {
+			t.Fatalf("%s: taken %v busy %v err %v; want %v, %v", what, taken, busy, err, wantTaken, wantBusy)
+		}
+	}
+	check("first take", true, false)
+	check("second take", false, true)
+	if got, _ := d.NotedMissed(); len(got) != 0 {
+		t.Fatalf("a taken note is still listed: %v", got)
+	}
+	if err := d.ReturnMissed("ctr-1"); err != nil {
+		t.Fatal(err)
+	}
+	check("take after return", true, false)
+	if err := d.DropMissed([]string{"ctr-1"}); err != nil {
+		t.Fatal(err)
+	}
+	check("take after drop", false, false)
+}
