@@ -32,6 +32,27 @@ func waitHanded(t *testing.T, n *Node, id string) {
 	}
 }
 
+// createAfterSync makes the runtime create a container in pod podID from
+// inside its next plugin sync (after the listing, before the append: it
+// reaches no instance and is listed to none); the channel receives it
+// (nil if the creation failed, reported as an error of t).
+func createAfterSync(t *testing.T, rt *Runtime, podID string) <-chan *api.Container {
+	late := make(chan *api.Container, 1)
+	var once sync.Once
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	rt.afterSync = func() {
+		once.Do(func() {
+			c, err := rt.CreateContainer(context.Background(), podID, "late", nil)
+			if err != nil {
+				t.Error(err)
+			}
+			late <- c
+		})
+	}
+	return late
+}
+
 // A container created while the only instance synchronizes (after the
 // runtime listed the containers for its Synchronize, before the append:
 // containerd issue 13698, cri-o issue 10090) reaches nobody and is listed
@@ -149,19 +170,7 @@ func TestCatchUpAskedForIsMadeAtStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := make(chan *api.Container, 1)
-	var once sync.Once
-	rt.mu.Lock()
-	rt.afterSync = func() {
-		once.Do(func() {
-			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
-			if err != nil {
-				t.Error(err)
-			}
-			late <- c
-		})
-	}
-	rt.mu.Unlock()
+	late := createAfterSync(t, rt, pod.Id)
 	in, err := n.Start("1.0.0", plugin.WithLeaveTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -275,19 +284,7 @@ func TestMissedCreationOfAKilledOwnerIsHandedByTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := make(chan *api.Container, 1)
-	var once sync.Once
-	rt.mu.Lock()
-	rt.afterSync = func() {
-		once.Do(func() {
-			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
-			if err != nil {
-				t.Error(err)
-			}
-			late <- c
-		})
-	}
-	rt.mu.Unlock()
+	late := createAfterSync(t, rt, pod.Id)
 	v1 := start(t, n, "1.0.0")
 	c := <-late
 	if c == nil {
@@ -348,19 +345,7 @@ func TestFrozenOwnerDroppedBeforeItsCatchUpDeclaresTheGap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late := make(chan *api.Container, 1)
-	var once sync.Once
-	rt.mu.Lock()
-	rt.afterSync = func() {
-		once.Do(func() {
-			c, err := rt.CreateContainer(context.Background(), pod.Id, "late", nil)
-			if err != nil {
-				t.Error(err)
-			}
-			late <- c
-		})
-	}
-	rt.mu.Unlock()
+	late := createAfterSync(t, rt, pod.Id)
 	v1, err := n.Start("1.0.0", plugin.WithLeaveTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
