@@ -585,8 +585,18 @@ func (p *Plugin) noteMissedDurably(c *api.Container) {
 // recorded it synchronized since.
 func (p *Plugin) takeNotes(fresh []*api.Container, viaNote map[string]bool) (hand []*api.Container, taken []string) {
 	var unnoted []*api.Container
+	// One read of the notes instead of a rename per container: a first
+	// owner's Synchronize may hand thousands of listed ones, with no note.
+	names, err := p.dir.MissedNames()
+	if err != nil {
+		p.log.WithError(err).Warn("cannot list the notes of missed creations; trying each")
+	}
 	for _, c := range fresh {
 		id := c.GetId()
+		if names != nil && !names[id] && !viaNote[id] {
+			hand = append(hand, c) // listed, and no note to take
+			continue
+		}
 		ok, busy, err := p.dir.TakeMissed(id)
 		switch {
 		case err != nil:

@@ -115,6 +115,29 @@ func (d *Dir) TakeMissed(id string) (taken, busy bool, err error) {
 	return false, false, nil
 }
 
+// MissedNames returns, by container id, the containers with a note, taken
+// or not, from one read of the notes' directory: a caller need not try to
+// take what has none.
+func (d *Dir) MissedNames() (map[string]bool, error) {
+	entries, err := os.ReadDir(filepath.Join(d.path, missedDirName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read missed creations: %w", err)
+	}
+	out := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		if id, ok := strings.CutPrefix(name, takingPrefix); ok {
+			out[id] = true
+		} else if !strings.HasPrefix(name, ".") {
+			out[name] = true
+		}
+	}
+	return out, nil
+}
+
 // ReturnMissed puts back the note of container id taken by TakeMissed
 // (its hand failed): another catch-up may take it.
 func (d *Dir) ReturnMissed(id string) error {

@@ -107,3 +107,24 @@ func TestTakeMissedIsExclusive(t *testing.T) {
 	}
 	check("take after drop", false, false)
 }
+
+// MissedNames lists the noted containers, taken ones included.
+func TestMissedNamesListsTakenNotesToo(t *testing.T) {
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, id := range []string{"ctr-1", "ctr-2"} {
+		if err := d.NoteMissed(id, "i01", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if taken, _, err := d.TakeMissed("ctr-2"); err != nil || !taken {
+		t.Fatalf("take: %v %v", taken, err)
+	}
+	got, err := d.MissedNames()
+	if err != nil || len(got) != 2 || !got["ctr-1"] || !got["ctr-2"] {
+		t.Fatalf("names %v, %v; want ctr-1 and ctr-2", got, err)
+	}
+}
