@@ -266,66 +266,6 @@ type remover struct{ stopper }
 
 func (*remover) RemoveContainer(context.Context, *api.PodSandbox, *api.Container) error { return nil }
 
-// An owner acts on the stop of a missed creation (see
-// TestMissedCreationHandedOnce) and is killed before its catch-up could
-// hand the container (the runtime holds plugin sync, so the catch-up's
-// connection waits); the container is then removed while no instance is
-// connected. Known to the killed instance alone, it was handed to nobody
-// (the demo, mode cri-o, -faults 10, about one run in two: "a later event
-// of it acted on, never handed"). The note kept in the handover directory
-// makes the next owner's catch-up hand it, once.
-func TestMissedCreationOfAKilledOwnerIsHandedByTheNext(t *testing.T) {
-	log := newLines()
-	n := newNode(t, Config{Runtime: RuntimeOptions{Mode: ModeCRIO}, Log: log})
-	rt := n.Runtime()
-	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
-	defer cancel()
-	pod, err := rt.RunPod(ctx, "pod")
-	if err != nil {
-		t.Fatal(err)
-	}
-	late := createAfterSync(t, rt, pod.Id)
-	v1 := start(t, n, "1.0.0")
-	c := <-late
-	if c == nil {
-		t.FailNow()
-	}
-	waitPlugins(t, rt, 1)
-	release := rt.HoldPluginSync()
-	defer release()
-	if err := rt.StopContainer(ctx, c.Id); err != nil {
-		t.Fatal(err)
-	}
-	log.wait(t, "handing it to the author as unprocessed")
-	v1.Crash()
-	if err := rt.RemoveContainer(ctx, c.Id); err != nil {
-		t.Fatal(err)
-	}
-	release()
-	for _, cu := range n.CatchUps() {
-		if cu.ID == c.Id {
-			t.Fatalf("container %s handed before the kill; the test needs the catch-up held", c.Id)
-		}
-	}
-	// A short leave timeout: stopped at the test's end with no successor,
-	// it waits that long for one.
-	v2, err := n.Start("1.0.0", plugin.WithLeaveTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := v2.WaitOwner(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitHanded(t, n, c.Id)
-	res, err := n.Check()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.UnprocessedCount != 0 || len(res.HandedTwice) != 0 {
-		t.Fatalf("unprocessed %v, handed twice %v; want none", res.Unprocessed, res.HandedTwice)
-	}
-}
-
 // An owner that asked for a catch-up (it acted on the stop of a missed
 // creation; the runtime holds plugin sync, so the catch-up's connection
 // waits) is frozen, and the runtime drops its connection when a request to
