@@ -819,7 +819,8 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 	role := p.coord.Enter()
 	t := turn{a: a, key: protocol.EventKey(uint32(event), id)}
 	a.lastKey.Store(t.key)
-	if ctx.Err() != nil && !a.closed.Load() && a.tag != 0 {
+	stale := ctx.Err() != nil && !a.closed.Load() && a.tag != 0
+	if stale {
 		// The runtime gave up on this request before its handler could
 		// start (the instance was stopped or stuck for longer than the
 		// request timeout): it went on without this plugin, so acting now
@@ -852,10 +853,11 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 			p.inDoubt(event, id, t.act, "another connection may have acted on it (it died inside its handler, the runtime gave up on it, or it left after an event with this key)")
 		}
 	}
-	if t.act {
+	switch {
+	case t.act:
 		p.acted.Add(1)
 		p.obs.Event(event, resultActed)
-	} else {
+	case !stale: // (a stale request is no call of the runtime's any more: logged above)
 		p.skip(event, id, role)
 	}
 	return t
@@ -894,7 +896,7 @@ func (p *Plugin) inDoubt(event eventKind, id string, acting bool, why string) {
 // end records that the event's handler returned and leaves the event
 // section.
 func (t turn) end() {
-	if t.act {
+	if t.act && !t.a.p.crashed() { // (a killed process records nothing: the kit's crash neither)
 		t.a.p.coord.Finish(t.a.tag, t.key)
 	}
 	t.a.p.coord.Exit()

@@ -116,7 +116,7 @@ type InDoubtInterface interface {
 // Stats counts what an instance did. All fields only grow.
 type Stats struct {
 	Acted          uint64 // events handed to the author's handlers
-	Skipped        uint64 // events not handed over because this instance did not own them
+	Skipped        uint64 // events the runtime called this instance for and it did not hand over: another instance owned them
 	SkippedStamped uint64 // containers not handed over because another instance stamped them
 	BadStamps      uint64 // forged or malformed stamps seen (treated as absent)
 	Stamped        uint64 // containers this instance stamped
@@ -155,6 +155,7 @@ type Plugin struct {
 	self    *hapi.Instance
 	dir     *protocol.Dir
 	coord   *protocol.Coordinator
+	hook    *kithook.Instance // the test kit's faults; nil outside the kit
 	signer  *stamp.Signer
 	// stamper signs this instance's stamps (nil if its version or id
 	// cannot be stamped: then every CreateContainer fails, as Sign says);
@@ -317,8 +318,10 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The test kit may freeze this instance at the protocol's steps.
-	failpoint = kithook.Step(kithook.Lookup(dir.InstanceSocket(c.instance)), failpoint)
+	// The test kit may freeze this instance at the protocol's steps, or
+	// crash it (nil outside the kit).
+	pl.hook = kithook.Lookup(dir.InstanceSocket(c.instance))
+	failpoint = kithook.Step(pl.hook, failpoint)
 	pl.coord, err = protocol.New(protocol.Config{
 		Failpoint:    failpoint,
 		Dir:          dir,
@@ -1026,7 +1029,11 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 	opts := []stub.Option{
 		stub.WithOnClose(func() {
 			once.Do(func() {
-				p.coord.DropConn(c.adapter.tag)
+				if !p.crashed() {
+					// (A killed process tells nobody: the test kit's
+					// crash neither.)
+					p.coord.DropConn(c.adapter.tag)
+				}
 				close(c.closed)
 			})
 		}),
@@ -1162,4 +1169,4 @@ func (p *Plugin) leave(lost <-chan struct{}) {
 
 // crashed reports whether the test kit (plugin/plugintest) crashed this
 // instance: it then stops as a killed process would, doing nothing.
-func (p *Plugin) crashed() bool { return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).Crashed() }
+func (p *Plugin) crashed() bool { return p.hook.Crashed() }

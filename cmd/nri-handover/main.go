@@ -152,7 +152,7 @@ func demo(args []string, out io.Writer) error {
 		"how the runtime fences a plugin's sync from events: containerd (BlockPluginSync around every operation), "+
 			"cri-o (none), gap (events delivered between a newcomer's Synchronize and its append), "+
 			"exit-stop (containerd plus self-exit StopContainers without BlockPluginSync)")
-	faults := fs.Int("faults", 0, "owner kills or freezes at random moments")
+	faults := fs.Int("faults", 0, "owner kills or freezes at random moments, each while another instance is in the runtime's chain to take over")
 	requestTimeout := fs.Duration("request-timeout", 0, "the runtime's plugin request timeout (default: NRI's 2s; a frozen owner holds events up this long)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	verbose := fs.Bool("v", false, "print the instances' logs to stderr")

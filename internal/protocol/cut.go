@@ -217,6 +217,7 @@ type sighting struct {
 	first  bool   // the register did not record the event's key: the owner had not been called for it yet
 	owner  uint16 // the register's owner then
 	kind   uint64 // the event's kind
+	key    uint32 // the event's key
 	events uint64 // the events counter then
 	// firstCall: it was the connection's first call (set by
 	// Coordinator.Decide, which knows).
@@ -316,7 +317,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		events := atomic.LoadUint64(d.word(eventsOffset))
 		skipped := false
 		if !isOwner && !isHeir {
-			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, events: events}
+			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, key: key, events: events}
 			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
 			released := (me.mayTakeOver || me.releaser) && w.owner == 0 && w.heir == 0
 			if released && me.gone != nil && me.gone() {

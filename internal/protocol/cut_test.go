@@ -1024,3 +1024,48 @@ func TestCutHandOverToADroppedHeirDeclaresTheHandedEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestCutOutrightTakeDeclaresTheStandbysMarkByKey: the owner dies between
+// events; the standby, called first for the next event, skips it and marks
+// the register (cutWord.unrecorded); then its control plane learns that
+// the owner is gone and takes the register outright. That event reached
+// no handler: the take declares it in doubt by its own key (the one the
+// standby was called for, from its sighting), not by the key of the
+// owner's last event, which was acted on. Before, the declaration named
+// the owner's last key, and the demo (mode cri-o, -faults 10) counted the
+// skipped event in a gap window instead.
+func TestCutOutrightTakeDeclaresTheStandbysMarkByKey(t *testing.T) {
+	const kind = 1 << 3
+	for _, own := range []bool{true, false} {
+		d, owner, standby := newCutForTest(t, kind)
+		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
+			sightings: map[uint16]sighting{}, mainTag: standby}
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		marker := standby
+		if !own {
+			marker = d.newConnTag() // another instance's standby marked it
+		}
+		dec := d.decide(marker, 2, kind, caller{mayTakeOver: true, events: kind})
+		if dec.Act {
+			t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)
+		}
+		if marker == standby {
+			c.sightings[standby] = dec.saw
+		}
+		c.mu.Lock()
+		taken := c.takeCutLocked(false)
+		c.mu.Unlock()
+		if taken.inDoubt {
+			t.Errorf("own mark %v: the owner's last event was finished, yet declared in doubt", own)
+		}
+		if !taken.marked {
+			t.Fatalf("own mark %v: the standby's mark was not declared: %+v", own, taken)
+		}
+		if want := map[bool]uint32{true: 2, false: 0}[own]; taken.markKey != want {
+			t.Fatalf("own mark %v: declared key %d, want %d (0: unknown)", own, taken.markKey, want)
+		}
+	}
+}

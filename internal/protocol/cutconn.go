@@ -340,6 +340,12 @@ type cutTaken struct {
 	prev    cutWord
 	tag     uint16
 	inDoubt bool
+	// marked: the register carried a standby's mark of an event the owner
+	// was not called for (cutWord.unrecorded), declared in doubt too;
+	// markKey is that event's key when the mark was this connection's own
+	// (its last sighting), 0 if unknown.
+	marked  bool
+	markKey uint32
 	// gapSince: the register was taken from a connection of another
 	// instance with no live owner granting it: no instance has acted since
 	// then (zero: not such a takeover).
@@ -377,8 +383,9 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		}
 	}
 	outright := false
+	_, recorded, _ := c.cfg.Dir.readCut() // the events counter
 	_, _ = c.cfg.Dir.updateCut(func(w *cutWord) bool {
-		t.prev, t.inDoubt, outright = *w, false, false
+		t.prev, t.inDoubt, t.marked, t.markKey, outright = *w, false, false, 0, false
 		switch {
 		case w.owner == tag:
 			return false
@@ -412,8 +419,16 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			seen := w.heir == tag && w.heirSeen
 			w.inDoubt = w.inDoubt || !seen && w.acted
 			// A standby's mark of an event the owner was not called for
-			// (cutWord.unrecorded): in doubt.
-			t.inDoubt = t.inDoubt || w.unrecorded && w.owner != 0
+			// (cutWord.unrecorded): in doubt, by its key if the mark is
+			// this connection's (its last call: no event recorded since,
+			// and no call of this instance's is in progress, see
+			// becomeOwner's holdEvents).
+			if w.unrecorded && w.owner != 0 {
+				t.marked = true
+				if s := c.sightings[tag]; s.valid && s.first && s.owner == w.owner && s.events == recorded {
+					t.markKey = s.key
+				}
+			}
 			w.owner, w.heir, w.ownerSeen, w.heirSeen, w.heirUnseen, w.unrecorded = tag, 0, seen, false, false, false
 			outright = true
 		}
@@ -465,12 +480,19 @@ func (c *Coordinator) reportInDoubt(t cutTaken) {
 			c.cfg.OnGap(gap)
 		}
 	}
-	if !t.inDoubt {
-		return
+	if t.inDoubt {
+		c.log.WithFields(logrus.Fields{"event_key": t.prev.key, "from_conn": t.prev.owner}).
+			Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
+		c.countInDoubt()
 	}
-	c.log.WithFields(logrus.Fields{"event_key": t.prev.key, "from_conn": t.prev.owner}).
-		Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
-	c.countInDoubt()
+	if t.marked {
+		f := logrus.Fields{"from_conn": t.prev.owner}
+		if t.markKey != 0 {
+			f["event_key"] = t.markKey
+		}
+		c.log.WithFields(f).Warn("in doubt: a standby was called for an event the previous owner was not called for (it died or was dropped before its turn); taking over")
+		c.countInDoubt()
+	}
 }
 
 // giveBackCut undoes takeCutLocked for a claim that did not settle as

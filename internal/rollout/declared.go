@@ -11,10 +11,10 @@ import (
 // Missed sorts the events no instance acted on by whether the instances
 // declared them (the promise: nothing lost without saying so).
 type Missed struct {
-	// InGap counts the missed events delivered inside a declared gap
-	// window: the runtime began delivering them at or after the window's
-	// start (the protocol's own record of the last act before it) and at
-	// or before its end (read when the takeover was logged, after the
+	// InGap counts the missed events, not declared in doubt, delivered
+	// inside a declared gap window: the runtime began delivering them at
+	// or after the window's start (the protocol's own record of the last
+	// act before it) and at or before its end (read when the takeover was logged, after the
 	// protocol read the takeover time). No tolerance is needed: both
 	// bounds are on the safe side of what the protocol declared.
 	InGap int
@@ -163,15 +163,20 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 			endRun()
 			continue
 		}
-		if w := m.window(d.Start); w != nil {
-			w.Missed++
-			m.InGap++
-			endRun()
-			continue
-		}
+		// Declared in doubt first (by name, by key, or by a key-less
+		// takeover from an owner the runtime gave up on): a takeover may
+		// also declare a gap window around the event a dead or frozen
+		// owner was inside of (the window says the events in it reached
+		// no instance; that one reached the owner).
 		k, hasKey := plugintest.ProtocolKey(d.Event, d.ID)
 		if named[name{d.Event, d.ID}] || hasKey && keys[k] || coveredByKeyless[d.EventKey] {
 			m.InDoubt++
+			endRun()
+			continue
+		}
+		if w := m.window(d.Start); w != nil {
+			w.Missed++
+			m.InGap++
 			endRun()
 			continue
 		}

@@ -74,6 +74,14 @@ type Config struct {
 	// each kills the owner (as SIGKILL; a replacement instance of the same
 	// version is then started, as the kubelet restarts a container) or
 	// freezes it (as SIGSTOP) until the runtime drops it, then thaws it.
+	// A fault strikes while another instance is in the runtime's chain to
+	// take over (with KeepOld, the one retired at the last handover, or a
+	// killed owner's replacement): the first step is then a handover, and
+	// a fault due before a survivor is called for events waits for one.
+	// Only with no other instance running (no handover yet, or KeepOld
+	// off) does it strike a lone owner: the runtime then calls no
+	// connection of the plugin until the instance is back, and what it
+	// sends meanwhile is declared as a gap and caught up, not acted on.
 	Faults int
 	// RequestTimeout, if non-zero, is the runtime's request timeout (it
 	// bounds how long a frozen owner holds events up). Process-wide: the
@@ -303,6 +311,15 @@ func (r *runner) schedule() []step {
 		kinds[i] = true
 	}
 	r.rng.Shuffle(n, func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	if r.cfg.Handovers > 0 && r.cfg.KeepOld && kinds[0] {
+		// A handover first, so that a retired instance survives each fault.
+		for i := range kinds {
+			if !kinds[i] {
+				kinds[0], kinds[i] = kinds[i], kinds[0]
+				break
+			}
+		}
+	}
 	sliceLen := r.cfg.Events / (n + 1)
 	steps := make([]step, n)
 	for i := range steps {
@@ -379,6 +396,12 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		if st.fault {
+			if err := r.waitSurvivor(ctx, waitCond); err != nil {
+				return nil, fmt.Errorf("fault %d: %w", len(res.Faults)+1, err)
+			}
+			if o := r.actingOwner(); o != nil {
+				owner = o // a survivor of an earlier fault may have taken over
+			}
 			n := len(r.all)
 			next, err := r.fault(ctx, res, owner, started, waitCond)
 			if err != nil {
@@ -516,6 +539,63 @@ func (r *runner) fault(ctx context.Context, res *Result, owner *instance, starte
 		return nil, fmt.Errorf("frozen %s: %w", owner.ID(), err)
 	}
 	return r.waitAnyOwner(ctx)
+}
+
+// survivorCalls is how many events another instance must be called for,
+// after a fault is due, to count as in the runtime's chain.
+const survivorCalls = 2
+
+// waitSurvivor waits, on the workload's progress, until an instance other
+// than the acting owner is in the runtime's chain: called for
+// survivorCalls events since now (it skips them). It returns at once if no
+// other instance runs (a fault then strikes a lone owner, see
+// Config.Faults).
+func (r *runner) waitSurvivor(ctx context.Context, waitCond func(context.Context, func() bool) error) error {
+	base := map[*instance]uint64{}
+	for _, in := range r.all {
+		if in.Running() {
+			base[in] = in.Plugin().Stats().Skipped
+		}
+	}
+	if len(base) < 2 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := waitCond(ctx, func() bool {
+		o := r.actingOwner()
+		for in, n := range base {
+			if in != o && in.Running() && in.Plugin().Stats().Skipped >= n+survivorCalls {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		var seen []string
+		for in, n := range base {
+			seen = append(seen, fmt.Sprintf("%s (%v, running %v): called for %d events since",
+				in.ID(), in.Plugin().Role(), in.Running(), in.Plugin().Stats().Skipped-n))
+		}
+		sort.Strings(seen)
+		st := r.node.Runtime().Stats()
+		return fmt.Errorf("no instance but the owner in the runtime's chain (%d events, %d plugins connected; %s): %w",
+			st.Events, st.PluginCount, strings.Join(seen, ", "), err)
+	}
+	return nil
+}
+
+// actingOwner returns the running instance that owns the plugin and acts
+// (Ready: a frozen owner that another instance took over from may still
+// see itself as owner until it runs again), else the owner as
+// Node.Owner finds it, nil if none.
+func (r *runner) actingOwner() *instance {
+	for _, in := range r.all {
+		if ready, _ := in.Plugin().Ready(); ready && in.Running() && in.Plugin().Role() == handover.RoleOwner {
+			return in
+		}
+	}
+	return r.owner()
 }
 
 // waitSettled waits, on the instances' change notifications, until the
