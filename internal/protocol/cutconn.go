@@ -435,12 +435,17 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		return true
 	})
 	if w, _, _ := c.cfg.Dir.readCut(); w.owner == tag {
-		c.cfg.Dir.setOwnerEvents(tag, events)
 		if _, live := c.conns[tag]; !live {
 			// A promotion for a connection that has closed: nobody acts
-			// until the next taker, which declares the gap.
+			// until the next taker, which declares the gap. Its
+			// subscriptions are no longer known: recorded as every
+			// event, so that a standby in the chain, called first twice
+			// with nothing recorded between, takes over by rule 4 (an
+			// empty mask read as "never to be called" kept it skipping).
+			events = ^uint64(0)
 			c.cfg.Dir.markDeadOwner(tag)
 		}
+		c.cfg.Dir.setOwnerEvents(tag, events)
 	}
 	// Taken from another instance's connection that acts: the owner, or,
 	// after a release, the heir (it was to take over at its next call; a
