@@ -110,9 +110,11 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 	}
 	// A key-less in-doubt declaration is a takeover from an owner the
 	// runtime gave up on (rule 3 or 4 of the protocol's cut) by an
-	// instance that was handed the event after the one in doubt: it
-	// covers the delivery immediately before the one in progress when it
-	// was declared. If that one was acted on (the taker was not in the
+	// instance that was handed the event after the one in doubt, or a
+	// promotion that found another instance's standby mark: it covers the
+	// delivery in progress when it was declared if no instance acted on
+	// that one (the promotion's case: the marked event), else the one
+	// immediately before. If that one was acted on (the taker was not in the
 	// runtime's chain when the runtime gave up: it was reconnecting), it
 	// covers the event the runtime gave up on: the latest delivery before
 	// the declaration that no instance acted on and that lasted at least
@@ -122,6 +124,14 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 	uncovered := func(d plugintest.Delivery) bool { return missed[d.EventKey] && !coveredByKeyless[d.EventKey] }
 	for _, at := range keyless {
 		cur := sort.Search(len(all), func(i int) bool { return all[i].Start.After(at) }) - 1 // in progress
+		if cur >= 0 && uncovered(all[cur]) {
+			// The declaration came outside the declaring connection's
+			// own call (a promotion that found a standby's mark of the
+			// event the runtime is delivering, or has just delivered,
+			// to nobody acting): that event.
+			coveredByKeyless[all[cur].EventKey] = true
+			continue
+		}
 		if cur >= 1 && uncovered(all[cur-1]) {
 			coveredByKeyless[all[cur-1].EventKey] = true
 			continue

@@ -102,3 +102,35 @@ func TestClassifyCaughtUpChanges(t *testing.T) {
 		t.Fatalf("without changes: caught up %d, in gap %d; want 0, 4", m.CaughtUp, m.InGap)
 	}
 }
+
+// An event declared in doubt counts as in doubt also inside a gap window
+// (it reached the owner; the window's other events reached nobody), and
+// a key-less declaration made while a missed delivery is in progress
+// covers that delivery (a promotion that found another instance's standby
+// mark of the event being delivered).
+func TestClassifyInDoubtBeforeGapWindows(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	del := func(ev plugintest.Event, id string, start, end int) plugintest.Delivery {
+		return plugintest.Delivery{EventKey: plugintest.EventKey{Event: ev, ID: id, N: 1}, Start: at(start), End: at(end)}
+	}
+	all := []plugintest.Delivery{
+		del(plugintest.EventRunPodSandbox, "p1", 0, 1),     // acted
+		del(plugintest.EventCreateContainer, "c1", 10, 12), // missed, in progress at the key-less declaration
+		del(plugintest.EventStartContainer, "c1", 13, 14),  // missed, declared by nothing but the window
+		del(plugintest.EventStopContainer, "c1", 15, 16),   // missed, declared by key too
+	}
+	key, _ := plugintest.ProtocolKey(plugintest.EventStopContainer, "c1")
+	decl := []plugintest.Declaration{
+		{Instance: "i01", Gap: true, Start: at(5), End: at(20)},
+		{Instance: "i02", Start: at(11), End: at(11)},
+		{Instance: "i01", Key: key, HasKey: true, Start: at(20), End: at(20)},
+	}
+	m := classify(all[1:], all, decl, nil, nil, 1, 2*time.Second)
+	if m.InDoubt != 2 || m.InGap != 1 || m.UndeclaredCount != 0 {
+		t.Fatalf("in doubt %d, in gap %d, undeclared %d; want 2, 1, 0", m.InDoubt, m.InGap, m.UndeclaredCount)
+	}
+	if m.Windows[0].Missed != 1 {
+		t.Fatalf("the window holds %d missed events, want 1", m.Windows[0].Missed)
+	}
+}
