@@ -1044,7 +1044,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 			}
 			w := newWatchedSocket(conn)
 			c.socket.Store(w)
-			return kithook.Lookup(p.dir.InstanceSocket(p.self.Id)).WrapConn(w)
+			return p.hook.WrapConn(w)
 		}),
 	}
 	// The stub reads $NRI_PLUGIN_NAME and $NRI_PLUGIN_IDX itself and refuses

@@ -14,9 +14,10 @@ type Missed struct {
 	// InGap counts the missed events, not declared in doubt, delivered
 	// inside a declared gap window: the runtime began delivering them at
 	// or after the window's start (the protocol's own record of the last
-	// act before it) and at or before its end (read when the takeover was logged, after the
-	// protocol read the takeover time). No tolerance is needed: both
-	// bounds are on the safe side of what the protocol declared.
+	// act before it) and at or before its end (read when the takeover was
+	// logged, after the protocol read the takeover time). No tolerance is
+	// needed: both bounds are on the safe side of what the protocol
+	// declared.
 	InGap int
 	// CaughtUp counts the missed container events (not declared in
 	// doubt) delivered before their container was handed to an author as
@@ -114,8 +115,8 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 	// promotion that found another instance's standby mark: it covers the
 	// delivery in progress when it was declared if no instance acted on
 	// that one (the promotion's case: the marked event), else the one
-	// immediately before. If that one was acted on (the taker was not in the
-	// runtime's chain when the runtime gave up: it was reconnecting), it
+	// immediately before. If that one was acted on (the taker was not in
+	// the runtime's chain when the runtime gave up: it was reconnecting), it
 	// covers the event the runtime gave up on: the latest delivery before
 	// the declaration that no instance acted on and that lasted at least
 	// the request timeout. Each declaration covers one event.
