@@ -122,8 +122,18 @@ func TestFailedNewcomerChangesNothing(t *testing.T) {
 	if err := lt.waitActed(v1.id, 2*settleEvents, 30*time.Second); err != nil {
 		t.Errorf("the old owner does not serve on after the newcomer failed: %v", err)
 	}
-	if r := v1.role(); r != hapi.Role_ROLE_OWNER {
-		t.Errorf("%s is %v after the newcomer failed, want owner", v1.id, r)
+	// v1 owns once the newcomer's last claim has given ownership back: a
+	// retry in flight shows v1 retired meanwhile (the newcomer retries
+	// after a backoff), while the cut keeps v1 acting on every event (the
+	// ledger below). Seen in a fresh-clone CI run: v1 read as retired with
+	// a fourth try in flight.
+	roleBy := time.Now().Add(10 * time.Second)
+	for r := v1.role(); r != hapi.Role_ROLE_OWNER; r = v1.role() {
+		if time.Now().After(roleBy) {
+			t.Errorf("%s is %v for 10 s after the newcomer failed, want owner", v1.id, r)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if r := v2.role(); r == hapi.Role_ROLE_OWNER {
 		t.Errorf("%s, whose Synchronize fails, is owner", v2.id)
