@@ -301,6 +301,13 @@ func newCutForTest(t *testing.T, kind uint64) (d *Dir, owner, standby uint16) {
 	return d, owner, standby
 }
 
+// coordForCutTest is a coordinator over d whose newest connection (the one
+// a promotion takes the register for) is main, subscribing to events.
+func coordForCutTest(d *Dir, main uint16, events uint64) *Coordinator {
+	return &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{main: events}, dropped: map[uint16]bool{},
+		sightings: map[uint16]sighting{}, mainTag: main}
+}
+
 // newCutWithHeirForTest is newCutForTest with a third connection as heir
 // (claimed, subscribing to kind), instead of a standby.
 func newCutWithHeirForTest(t *testing.T, kind uint64) (d *Dir, owner, heir uint16) {
@@ -535,8 +542,7 @@ func TestCutOutrightTakeKeepsTheHeirsSighting(t *testing.T) {
 	const kind = 1 << 3
 	for _, calledForIt := range []bool{true, false} {
 		d, owner, heir := newCutWithHeirForTest(t, kind)
-		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{heir: kind}, dropped: map[uint16]bool{},
-			sightings: map[uint16]sighting{}, mainTag: heir}
+		c := coordForCutTest(d, heir, kind)
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 			t.Fatal("event 1: the owner did not act")
 		}
@@ -572,8 +578,7 @@ func TestCutOutrightTakeFromALiveOwnerDeclaresItsLastKey(t *testing.T) {
 	const kind = 1 << 3
 	for _, calledForIt := range []bool{false, true} {
 		d, owner, standby := newCutForTest(t, kind)
-		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
-			sightings: map[uint16]sighting{}, mainTag: standby}
+		c := coordForCutTest(d, standby, kind)
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 			t.Fatal("event 1: the owner did not act")
 		}
@@ -612,8 +617,7 @@ func TestCutOutrightTakeFromAReleasedRegisterWithAnHeir(t *testing.T) {
 	const kind = 1 << 3
 	d, owner, heir := newCutWithHeirForTest(t, kind)
 	standby := d.newConnTag()
-	c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
-		sightings: map[uint16]sighting{}, mainTag: standby}
+	c := coordForCutTest(d, standby, kind)
 	if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 		t.Fatal("event 1: the owner did not act")
 	}
@@ -648,8 +652,7 @@ func TestCutOutrightTakeFromAReleasedRegisterWithAnHeir(t *testing.T) {
 func TestCutReleasedRegisterIsLeftToRule5(t *testing.T) {
 	const kind = 1 << 3
 	d, owner, standby := newCutForTest(t, kind)
-	c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
-		sightings: map[uint16]sighting{}, mainTag: standby}
+	c := coordForCutTest(d, standby, kind)
 	if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 		t.Fatal("event 1: the owner did not act")
 	}
@@ -1038,8 +1041,7 @@ func TestCutOutrightTakeDeclaresTheStandbysMarkByKey(t *testing.T) {
 	const kind = 1 << 3
 	for _, own := range []bool{true, false} {
 		d, owner, standby := newCutForTest(t, kind)
-		c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{standby: kind}, dropped: map[uint16]bool{},
-			sightings: map[uint16]sighting{}, mainTag: standby}
+		c := coordForCutTest(d, standby, kind)
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
 			t.Fatal("event 1: the owner did not act")
 		}
@@ -1085,8 +1087,8 @@ func TestCutPromotionForAClosedConnectionLeavesRule4ToAStandby(t *testing.T) {
 	const kind = 1 << 3
 	d, owner, standby := newCutForTest(t, kind)
 	closed := d.newConnTag()
-	c := &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{}, dropped: map[uint16]bool{},
-		sightings: map[uint16]sighting{}, mainTag: closed}
+	c := coordForCutTest(d, closed, kind)
+	delete(c.conns, closed) // closed: its instance no longer knows it
 	sb := caller{mayTakeOver: true, events: kind}
 	dec := d.decide(standby, 1, kind, sb)
 	if dec.Act {
