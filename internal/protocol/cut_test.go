@@ -1115,3 +1115,44 @@ func TestCutPromotionForAClosedConnectionLeavesRule4ToAStandby(t *testing.T) {
 		t.Fatalf("event 3: the owner was not called for event 2; the standby must take over by rule 4: %+v", dec)
 	}
 }
+
+// TestCutPromotionLeavesTheRegisterWithItsOwnOlderConnection: an instance
+// whose older connection owns the register (it took over by rule 4) and
+// whose newest connection, appended after it, is a standby (its claim did
+// not make it heir) is promoted by the control plane between the two
+// calls of one event: the older connection acted on it, the newest is
+// still to be called. The promotion must leave the register with the
+// older connection: taken outright for the newest, that event was
+// declared in doubt at the newest's call, a false alarm (the demo, mode
+// containerd, -faults 10 -seed 5). The older connection acts on, the
+// newest skips, nothing is declared.
+func TestCutPromotionLeavesTheRegisterWithItsOwnOlderConnection(t *testing.T) {
+	const kind = 1 << 3
+	d, older, newest := newCutForTest(t, kind)
+	c := coordForCutTest(d, newest, kind)
+	c.conns[older] = kind
+	main := caller{mayTakeOver: true, events: kind}
+	if !d.decide(older, 1, kind, caller{events: kind}).Act {
+		t.Fatal("event 1: the older connection, owner, did not act")
+	}
+	d.finish(older, 1)
+	c.mu.Lock()
+	taken := c.takeCutLocked(false) // promoted between the two calls of event 1
+	c.mu.Unlock()
+	if taken.inDoubt || taken.marked || !taken.gapSince.IsZero() || c.gapHeir != 0 {
+		t.Fatalf("a promotion over its own acting connection declared something: %+v (gap heir %d)", taken, c.gapHeir)
+	}
+	if w, _, _ := d.readCut(); w.owner != older {
+		t.Fatalf("the register left the instance's acting connection: %+v", w)
+	}
+	if dec := d.decide(newest, 1, kind, main); dec.Act || dec.InDoubt || dec.Overrun || dec.unrecorded {
+		t.Fatalf("event 1, second call (the newest): want skipped, nothing declared: %+v", dec)
+	}
+	if !d.decide(older, 2, kind, caller{events: kind}).Act {
+		t.Fatal("event 2: the older connection did not act")
+	}
+	d.finish(older, 2)
+	if dec := d.decide(newest, 2, kind, main); dec.Act || dec.InDoubt || dec.Overrun {
+		t.Fatalf("event 2, second call (the newest): want skipped, nothing declared: %+v", dec)
+	}
+}
