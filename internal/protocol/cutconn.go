@@ -281,6 +281,17 @@ func (c *Coordinator) ownAfterOverrun() {
 	if c.currentRole() == api.Role_ROLE_OWNER || c.isClosed() {
 		return
 	}
+	if !c.Acting() {
+		// The register moved on since this instance's connection took it:
+		// another instance claimed meanwhile and acts (a frozen owner,
+		// thawed, claimed back in order). There is no takeover to follow;
+		// taken outright now, the register would leave a live owner in the
+		// middle of an event, whose call comes after this instance's: that
+		// event would reach nobody (declared, in the demo, mode exit-stop,
+		// -faults 10 -seed 42: a second declaration for one fault).
+		c.log.Info("promotion after an overrun: another instance acts by now; not taking over")
+		return
+	}
 	if err := c.ownOutsideFence("promoted: the owner did not finish an event in time", OutcomePromoted, start); err != nil {
 		c.log.WithError(err).Warn("promotion after an overrun: publish failed")
 	}

@@ -317,3 +317,44 @@ func newQuietCoord(t *testing.T, d *Dir, id string) *Coordinator {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn: instance b's
+// connection took the register over from a (a frozen owner) by the cut;
+// before b's control plane follows that takeover (ownAfterOverrun), a,
+// thawed, claims back in order and its new connection owns the register.
+// b must then stay as it is: there is no takeover left to follow. Taking
+// the register outright from a's live connection, in the middle of an
+// event that b was called for first, left that event to nobody (the demo,
+// mode exit-stop, -faults 10 -seed 42).
+func TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn(t *testing.T) {
+	const kind = 1 << 3
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
+	taker := b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = taker
+	b.mu.Unlock()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: taker, ownerSeen: true, key: 1, acted: true, done: true}; return true })
+	back := a.Conn(kind) // a's new connection, owner again after its claim
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: back, ownerSeen: true, key: 2, acted: true, done: true}; return true })
+	b.ownAfterOverrun()
+	if w, _, _ := d.readCut(); w.owner != back {
+		t.Fatalf("the register left the live owner's connection: %+v", w)
+	}
+	if role := b.currentRole(); role == api.Role_ROLE_OWNER {
+		t.Fatalf("b became owner with no takeover of its own in force")
+	}
+	// With the takeover still in force, b follows it.
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: taker, ownerSeen: true, key: 3, acted: true, done: true}; return true })
+	b.ownAfterOverrun()
+	if role := b.currentRole(); role != api.Role_ROLE_OWNER {
+		t.Fatalf("b did not follow its own takeover: role %v", role)
+	}
+	if w, _, _ := d.readCut(); w.owner != taker {
+		t.Fatalf("following its own takeover moved the register: %+v", w)
+	}
+}
