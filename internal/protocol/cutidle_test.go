@@ -358,3 +358,47 @@ func TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn(t *testing.T) {
 		t.Fatalf("following its own takeover moved the register: %+v", w)
 	}
 }
+
+// TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss: the
+// owner dies; another survivor's connection takes the register over by
+// the cut before this instance's control plane promotes it (two
+// survivors: a retired instance watching its successor, and a standby in
+// the chain). The promotion must leave the register to that connection:
+// taken outright, the event it had just acted on was declared in doubt at
+// this instance's call for it (the demo, mode cri-o, -faults 10 -seed 53).
+// With no such takeover since the loss, the promotion takes the register.
+func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing.T) {
+	const kind = 1 << 3
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c := newQuietCoord(t, d, "c")
+	mine := c.Conn(kind)
+	c.mu.Lock()
+	c.mainTag = mine
+	c.mu.Unlock()
+	dead, survivor := d.newConnTag(), d.newConnTag()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: dead, ownerSeen: true, key: 1, acted: true, done: true}; return true })
+	lost := c.noteLoss()
+	// The other survivor takes over by the cut (rule 4) and acts on event 2.
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true}; return true })
+	if got := c.promoteIfOrphaned("successor gone", lost); got != undecided {
+		t.Fatalf("promotion over a survivor's takeover since the loss: %v, want undecided", got)
+	}
+	if w, _, _ := d.readCut(); w.owner != survivor {
+		t.Fatalf("the register left the survivor that took over: %+v", w)
+	}
+	if c.currentRole() == api.Role_ROLE_OWNER {
+		t.Fatal("promoted over a survivor's takeover")
+	}
+	// The register still held by the lost owner: the promotion takes it.
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: dead, ownerSeen: true, key: 2, acted: true, done: true}; return true })
+	if got := c.promoteIfOrphaned("successor gone", lost); got != promoted {
+		t.Fatalf("promotion from the lost owner: %v, want promoted", got)
+	}
+	if w, _, _ := d.readCut(); w.owner != mine {
+		t.Fatalf("the promotion did not take the register from the lost owner: %+v", w)
+	}
+}
