@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"testing"
 	"time"
@@ -246,10 +247,21 @@ func BenchmarkLifecycle(b *testing.B) {
 // and the ratios, which are what the target (harness / bare <= 1.05) is
 // about. Sequential sub-benchmarks (BenchmarkLifecycle) are more exposed to
 // load changing between them.
+//
+// Each side's goroutines carry the profiler label side=<name> (the
+// runtime's and the plugin's, set when they start, and the benchmark's own
+// while it runs that side's lifecycle), so that one CPU profile of this
+// benchmark splits into three paired ones:
+//
+//	go test -run '^$' -bench '^BenchmarkOverhead$' -benchtime 3000x -cpuprofile cpu.out ./test/bench/
+//	go tool pprof -proto -tagfocus 'side=^harness$' cpu.out > harness.pb.gz
+//	go tool pprof -proto -tagfocus 'side=^bare-stub-annotated$' cpu.out > annotated.pb.gz
+//	go tool pprof -top -diff_base annotated.pb.gz harness.pb.gz
 func BenchmarkOverhead(b *testing.B) {
 	type side struct {
 		name   string
 		rt     *sim.Runtime
+		labels context.Context // carries the side's profiler labels
 		took   time.Duration
 		events int
 	}
@@ -258,9 +270,13 @@ func BenchmarkOverhead(b *testing.B) {
 		if s.name == "harness-2-instances" {
 			continue
 		}
-		rt := startRuntime(b)
-		s.setup(b, rt)
-		sides = append(sides, &side{name: s.name, rt: rt})
+		labels := pprof.WithLabels(context.Background(), pprof.Labels("side", s.name))
+		var rt *sim.Runtime
+		pprof.Do(labels, pprof.Labels(), func(context.Context) { // goroutines started here inherit the label
+			rt = startRuntime(b)
+			s.setup(b, rt)
+		})
+		sides = append(sides, &side{name: s.name, rt: rt, labels: labels})
 	}
 	ctx := context.Background()
 	for _, s := range sides { // warm up the connections
@@ -278,6 +294,7 @@ func BenchmarkOverhead(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for k := range sides {
 			s := sides[(i+k)%len(sides)]
+			pprof.SetGoroutineLabels(s.labels)
 			start := time.Now()
 			if err := s.rt.Lifecycle(ctx, fmt.Sprintf("p%d", i), 1); err != nil {
 				b.Fatal(err)
@@ -286,6 +303,7 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	pprof.SetGoroutineLabels(context.Background())
 	perEvent := map[string]float64{}
 	for i, s := range sides {
 		s.events = s.rt.Stats().Events - before[i]
