@@ -248,6 +248,15 @@ func BenchmarkLifecycle(b *testing.B) {
 // about. Sequential sub-benchmarks (BenchmarkLifecycle) are more exposed to
 // load changing between them.
 //
+// The ratios are of the sums (a stall that hits one side's lifecycle in
+// one op counts in full); the *-p50 ratios are the medians, over the ops,
+// of each op's ratio of the lifecycles it ran one after the other, which a
+// stall of one op moves by one rank: the same figure, far less spread by
+// the load (on the 2-core machine, -count 10 -benchtime 1000x at load 1.0
+// to 2.2: harness/bare 1.050-1.107, harness/bare-p50 1.071-1.096; at load
+// 2.7 to 2.9: 1.091-1.247 and 1.072-1.097). annotated/bare-p50 is what
+// the annotation alone costs.
+//
 // Each side's goroutines carry the profiler label side=<name> (the
 // runtime's and the plugin's, set when they start, and the benchmark's own
 // while it runs that side's lifecycle), so that one CPU profile of this
@@ -263,6 +272,7 @@ func BenchmarkOverhead(b *testing.B) {
 		rt     *sim.Runtime
 		labels context.Context // carries the side's profiler labels
 		took   time.Duration
+		ops    []time.Duration // each op's lifecycle
 		events int
 	}
 	var sides []*side
@@ -289,6 +299,7 @@ func BenchmarkOverhead(b *testing.B) {
 	before := make([]int, len(sides))
 	for i, s := range sides {
 		before[i] = s.rt.Stats().Events
+		s.ops = make([]time.Duration, 0, b.N)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -299,19 +310,37 @@ func BenchmarkOverhead(b *testing.B) {
 			if err := s.rt.Lifecycle(ctx, fmt.Sprintf("p%d", i), 1); err != nil {
 				b.Fatal(err)
 			}
-			s.took += time.Since(start)
+			took := time.Since(start)
+			s.took += took
+			s.ops = append(s.ops, took)
 		}
 	}
 	b.StopTimer()
 	pprof.SetGoroutineLabels(context.Background())
 	perEvent := map[string]float64{}
+	byName := map[string]*side{}
 	for i, s := range sides {
 		s.events = s.rt.Stats().Events - before[i]
 		perEvent[s.name] = float64(s.took.Nanoseconds()) / float64(s.events)
+		byName[s.name] = s
 		b.ReportMetric(perEvent[s.name], s.name+"-ns/event")
 	}
 	b.ReportMetric(perEvent["harness"]/perEvent["bare-stub"], "harness/bare")
 	b.ReportMetric(perEvent["harness"]/perEvent["bare-stub-annotated"], "harness/annotated")
+	// Every op runs the same lifecycle on each side: an op's ratio of
+	// times is its ratio per event.
+	medianRatio := func(num, den string) float64 {
+		n, d := byName[num].ops, byName[den].ops
+		r := make([]float64, len(n))
+		for i := range n {
+			r[i] = float64(n[i]) / float64(d[i])
+		}
+		sort.Float64s(r)
+		return r[len(r)/2]
+	}
+	b.ReportMetric(medianRatio("harness", "bare-stub"), "harness/bare-p50")
+	b.ReportMetric(medianRatio("harness", "bare-stub-annotated"), "harness/annotated-p50")
+	b.ReportMetric(medianRatio("bare-stub-annotated", "bare-stub"), "annotated/bare-p50")
 }
 
 // BenchmarkSwitch: one handover per op (start the newcomer, wait until it
