@@ -1003,8 +1003,8 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		if p.recPods {
 			p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
 		}
-		done, _ := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late
-		defer done()
+		r, _ := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late
+		defer r.done()
 	}
 	if h, ok := p.author.(stub.CreateContainerInterface); ok {
 		if adjust, updates, err = h.CreateContainer(ctx, pod, c); err != nil {
@@ -1036,8 +1036,8 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	t := a.begin(ctx, evStopContainer, c.GetId())
 	defer t.end()
-	done, handed := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
-	defer done()
+	r, handed := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
+	defer r.done()
 	if !t.act || handed {
 		return nil, nil
 	}
@@ -1065,8 +1065,8 @@ func (a *adapter) event(ctx context.Context, event eventKind, id string, call fu
 func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string, call func() error) error {
 	t := a.begin(ctx, event, id)
 	defer t.end()
-	done, handed := t.record(event, id, pod)
-	defer done()
+	r, handed := t.record(event, id, pod)
+	defer r.done()
 	if !t.act || handed {
 		return nil
 	}
@@ -1078,8 +1078,8 @@ func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string,
 func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
 	t := a.begin(ctx, event, c.GetId())
 	defer t.end()
-	done, handed := t.record(event, c.GetId(), c.GetPodSandboxId())
-	defer done()
+	r, handed := t.record(event, c.GetId(), c.GetPodSandboxId())
+	defer r.done()
 	if !t.act || handed {
 		return nil
 	}

@@ -81,38 +81,48 @@ func lifeEvent(ev eventKind) (lifecycle.Kind, lifecycle.State, bool) {
 }
 
 // record notes, for turn t of a lifecycle event on id (pod: a
-// container's pod id), that its change is being acted on; call done once
-// the author's handler returned. handed: a catch-up already handed the
-// author this change (the runtime had changed the object's state, as
-// listed, before it sent the event): the author must not get it again.
-// An event this connection does not act on but declared in doubt (the
-// owner died inside it) is recorded as decided at once: it is not handed
-// again by a catch-up. No system call: a few loads and stores in the
-// mapped record.
-func (t turn) record(ev eventKind, id, pod string) (done func(), handed bool) {
+// container's pod id), that its change is being acted on; call done on
+// what it returns once the author's handler returned. handed: a catch-up
+// already handed the author this change (the runtime had changed the
+// object's state, as listed, before it sent the event): the author must
+// not get it again. An event this connection does not act on but declared
+// in doubt (the owner died inside it) is recorded as decided at once: it
+// is not handed again by a catch-up. No system call: a few loads and
+// stores in the mapped record, and no allocation.
+func (t turn) record(ev eventKind, id, pod string) (r recording, handed bool) {
 	rec := t.a.p.rec
 	if rec == nil {
-		return nop, false
+		return recording{}, false
 	}
 	k, st, ok := lifeEvent(ev)
 	if !ok {
-		return nop, false
+		return recording{}, false
 	}
 	if !t.act {
 		if t.inDoubt {
 			rec.Set(k, id, pod, st)
 		}
-		return nop, false
+		return recording{}, false
 	}
 	s := rec.Begin(k, id, pod, st)
 	if s.Handed() {
 		t.a.p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
 			Info("a catch-up handed this lifecycle change to the author already; not handing it again")
 	}
-	return func() { rec.End(s) }, s.Handed()
+	return recording{rec: rec, slot: s}, s.Handed()
 }
 
-func nop() {}
+// recording is a change turn.record began in the lifecycle record; the
+// zero value is none. A value, not a closure: one event acted on
+// allocates nothing for it.
+type recording struct {
+	rec  *lifecycle.Table
+	slot lifecycle.Slot
+}
+
+// done ends the change once the author's handler returned (lifecycle.Table.End:
+// nothing for none).
+func (r recording) done() { r.rec.End(r.slot) }
 
 // eventOfChange is the harness's event kind of a missed change's NRI event.
 func eventOfChange(e api.Event) eventKind {
