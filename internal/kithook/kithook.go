@@ -19,6 +19,8 @@ import (
 // Instance is the kit's control over one plugin instance.
 type Instance struct {
 	crashed atomic.Bool
+	dead    chan struct{} // closed by Crash
+	kill    sync.Once
 
 	mu     sync.Mutex
 	thawed chan struct{}                    // nil when not frozen; closed by Thaw or Crash
@@ -31,7 +33,7 @@ var registry sync.Map // handover socket path -> *Instance
 // at socket, registering it first if needed. Register before the instance
 // is created: its handover service is set up once, at creation.
 func Register(socket string) *Instance {
-	h, _ := registry.LoadOrStore(socket, &Instance{})
+	h, _ := registry.LoadOrStore(socket, &Instance{dead: make(chan struct{})})
 	return h.(*Instance)
 }
 
@@ -74,12 +76,16 @@ func (h *Instance) WrapConn(c net.Conn) (net.Conn, error) {
 var ErrCrashed = errors.New("instance crashed (test kit)")
 
 // Crash marks the instance as crashed: it must end without a handover
-// (Crashed), and every wait in Wait ends.
+// (Crashed), every wait in Wait ends, and every request its handover
+// service is handling ends with ErrCrashed at once, as the sockets of a
+// killed process close (a peer's Watch learns of the crash then, not when
+// the instance's Run has wound down).
 func (h *Instance) Crash() {
 	if h == nil {
 		return
 	}
 	h.crashed.Store(true)
+	h.kill.Do(func() { close(h.dead) })
 	h.Thaw()
 }
 
@@ -168,6 +174,15 @@ func (h *Instance) ServerOptions() []ttrpc.ServerOpt {
 			if h.Crashed() {
 				return nil, ErrCrashed
 			}
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() { // a crash ends the request at once
+				select {
+				case <-h.dead:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
 			resp, err := m(ctx, um)
 			h.Wait(context.Background())
 			if h.Crashed() {
