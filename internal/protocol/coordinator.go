@@ -1387,20 +1387,27 @@ func (c *Coordinator) noteLoss() loss {
 	return loss{owner: w.owner, at: c.clock().Now()}
 }
 
-// takenSince reports whether, since the loss l was seen and for up to a
-// claim timeout after it, the register passed to a connection of another
-// instance: one that took over by the cut (a dead owner moves nothing). It
-// acts, and its roles follow within that time (ownAfterOverrun, which waits
-// for the claim lock).
+// takenSince reports whether, for up to a claim timeout after the loss l
+// was seen, the register is held by a connection of another instance that
+// took it since: since the loss, or since this instance's newest
+// connection was last called (and saw another owner), which also covers a
+// takeover the runtime made before the loss reached this instance (the
+// next event goes to the survivor in the chain within microseconds of a
+// kill). A dead owner moves nothing: that connection took over by the cut,
+// acts, and its roles follow within that time (ownAfterOverrun, which
+// waits for the claim lock).
 func (c *Coordinator) takenSince(l loss) bool {
-	if l.owner == 0 || !c.clock().Now().Before(l.at.Add(c.cfg.ClaimTimeout)) {
+	if l.at.IsZero() || !c.clock().Now().Before(l.at.Add(c.cfg.ClaimTimeout)) {
 		return false
 	}
 	w, _, _ := c.cfg.Dir.readCut()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, mine := c.conns[w.owner]
-	return w.owner != 0 && w.owner != l.owner && !mine
+	if _, mine := c.conns[w.owner]; mine || w.owner == 0 {
+		return false
+	}
+	saw := c.sightings[c.mainTag]
+	return l.owner != 0 && w.owner != l.owner || saw.valid && saw.owner != 0 && w.owner != saw.owner
 }
 
 // promoteIfOrphaned makes this instance owner, outside a Synchronize, when

@@ -365,8 +365,9 @@ func TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn(t *testing.T) {
 // survivors: a retired instance watching its successor, and a standby in
 // the chain). The promotion must leave the register to that connection:
 // taken outright, the event it had just acted on was declared in doubt at
-// this instance's call for it (the demo, mode cri-o, -faults 10 -seed 53).
-// With no such takeover since the loss, the promotion takes the register.
+// this instance's call for it (the demo, mode cri-o, -faults 10 -seed 53;
+// and, with the takeover before the loss reached the watcher, seeds
+// 75-82). With no such takeover, the promotion takes the register.
 func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing.T) {
 	const kind = 1 << 3
 	d, err := OpenDir(testRoot(t), "cut")
@@ -392,6 +393,18 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 	}
 	if c.currentRole() == api.Role_ROLE_OWNER {
 		t.Fatal("promoted over a survivor's takeover")
+	}
+	// The loss seen only after the takeover (the runtime called the other
+	// survivor within microseconds of the kill): this instance's
+	// connection, last called while the dead owner held the register, tells.
+	c.mu.Lock()
+	c.sightings[mine] = sighting{valid: true, owner: dead, key: 1, kind: kind}
+	c.mu.Unlock()
+	if got := c.promoteIfOrphaned("successor gone", c.noteLoss()); got != undecided {
+		t.Fatalf("promotion over a survivor's takeover before the loss was seen: %v, want undecided", got)
+	}
+	if w, _, _ := d.readCut(); w.owner != survivor {
+		t.Fatalf("the register left the survivor that took over before the loss was seen: %+v", w)
 	}
 	// The register still held by the lost owner: the promotion takes it.
 	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: dead, ownerSeen: true, key: 2, acted: true, done: true}; return true })
