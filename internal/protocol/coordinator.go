@@ -906,7 +906,7 @@ func (c *Coordinator) becomeOwner(from *api.Instance, epoch uint64, reason strin
 	}
 	c.transitionLocked(api.Role_ROLE_OWNER, reason, o)
 	c.heirFrom = from.GetId()
-	taken := c.takeCutLocked(from != nil)
+	taken := c.moveCutLocked(from != nil, o == OutcomePromoted)
 	c.recordCutLocked(taken)
 	c.mu.Unlock()
 	c.reportInDoubt(taken)
@@ -1406,8 +1406,7 @@ func (c *Coordinator) takenSince(l loss) bool {
 	if _, mine := c.conns[w.owner]; mine || w.owner == 0 {
 		return false
 	}
-	saw := c.sightings[c.mainTag]
-	return l.owner != 0 && w.owner != l.owner || saw.valid && saw.owner != 0 && w.owner != saw.owner
+	return l.owner != 0 && w.owner != l.owner || c.promotionFindsTakerLocked(w.owner)
 }
 
 // promoteIfOrphaned makes this instance owner, outside a Synchronize, when

@@ -366,7 +366,14 @@ type cutTaken struct {
 // takeCutLocked moves the register for this instance, which has just
 // become or stayed owner: as heir of a live owner (heir), or outright.
 // Call with mu; call reportInDoubt with the result after releasing it.
-func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
+func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) { return c.moveCutLocked(heir, false) }
+
+// moveCutLocked is takeCutLocked; promotion tells a promotion after the
+// loss of the owner this instance watched (promoteIfOrphaned), which
+// leaves the register to a connection of another instance that took it
+// after this instance's newest connection last saw it (see
+// promotionFindsTaker).
+func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	t.tag = c.cutTagLocked()
 	if t.tag == 0 {
 		return t
@@ -414,6 +421,13 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 			// The heirSeen of the heir this one replaces is not ours
 			// (model finding C2); quiet arms the idle rule.
 			w.heir, w.heirSeen, w.heirUnseen, w.quiet = tag, false, false, true
+		case promotion && c.promotionFindsTakerLocked(w.owner):
+			// Decided on the owner's loss a moment ago; meanwhile the
+			// runtime called another survivor, which took over by the cut
+			// and acts (its roles follow: ownAfterOverrun). Taken from it
+			// now, the event it acted on would be declared in doubt at this
+			// instance's call (the demo, -faults 10 -seed 78).
+			return false
 		case w.owner == 0 && w.heir == 0 && !heir:
 			// Released with no heir, and not granted by the releaser:
 			// rule 5 gives it to the first connection that may take
@@ -491,6 +505,18 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) {
 		}
 	}
 	return t
+}
+
+// promotionFindsTakerLocked reports whether owner, the register's owner,
+// is a connection of another instance that took the register after this
+// instance's newest connection was last called (and saw another owner):
+// a survivor that took over by the cut. Call with mu.
+func (c *Coordinator) promotionFindsTakerLocked(owner uint16) bool {
+	if _, mine := c.conns[owner]; mine || owner == 0 {
+		return false
+	}
+	saw := c.sightings[c.mainTag]
+	return saw.valid && saw.owner != 0 && owner != saw.owner
 }
 
 // ownLiveConnLocked reports whether tag is a connection of this instance
