@@ -383,6 +383,16 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	// A claim made inside a Synchronize is for a connection the runtime
 	// has not appended yet: it becomes heir, whoever owns the register.
 	inSync := c.claimTag == tag
+	if _, live := c.conns[tag]; !live && !inSync {
+		// A promotion while the instance's newest connection is closed
+		// (reconnecting, its new one not claimed yet): nothing of this
+		// instance could act on the register. Left as it is, a survivor
+		// in the runtime's chain takes over by the cut (rule 4), and the
+		// new connection claims as heir; taken for the closed one, that
+		// survivor skipped one more event, declared (the demo, -faults 10
+		// -seed 147: two declarations for one kill).
+		return t
+	}
 	if inSync {
 		c.claimHeirEvents = c.cfg.Dir.heirEvents()
 		c.cfg.Dir.setHeirEvents(events)
