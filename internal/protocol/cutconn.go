@@ -372,7 +372,7 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) { return c.moveCutLo
 // loss of the owner this instance watched (promoteIfOrphaned), which
 // leaves the register to a connection of another instance that took it
 // after this instance's newest connection last saw it (see
-// promotionFindsTaker).
+// promotionFindsTakerLocked).
 func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	t.tag = c.cutTagLocked()
 	if t.tag == 0 {
