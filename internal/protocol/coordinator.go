@@ -1403,10 +1403,8 @@ func (c *Coordinator) takenSince(l loss) bool {
 	w, _, _ := c.cfg.Dir.readCut()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, mine := c.conns[w.owner]; mine || w.owner == 0 {
-		return false
-	}
-	return l.owner != 0 && w.owner != l.owner || c.promotionFindsTakerLocked(w.owner)
+	_, mine := c.conns[w.owner]
+	return c.promotionFindsTakerLocked(w.owner) || !mine && w.owner != 0 && l.owner != 0 && w.owner != l.owner
 }
 
 // promoteIfOrphaned makes this instance owner, outside a Synchronize, when

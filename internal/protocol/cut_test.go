@@ -301,6 +301,11 @@ func newCutForTest(t *testing.T, kind uint64) (d *Dir, owner, standby uint16) {
 	return d, owner, standby
 }
 
+// putCut sets the register to w, as a run of events would have left it.
+func putCut(d *Dir, w cutWord) {
+	d.updateCut(func(r *cutWord) bool { *r = w; return true })
+}
+
 // coordForCutTest is a coordinator over d whose newest connection (the one
 // a promotion takes the register for) is main, subscribing to events.
 func coordForCutTest(d *Dir, main uint16, events uint64) *Coordinator {
@@ -1171,10 +1176,7 @@ func TestPromotionTakeLeavesTheRegisterToASurvivorThatTookIt(t *testing.T) {
 		mine := d.newConnTag()
 		c := coordForCutTest(d, mine, kind)
 		c.sightings[mine] = sighting{valid: true, owner: dead, key: 1, kind: kind}
-		d.updateCut(func(w *cutWord) bool {
-			*w = cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true}
-			return true
-		})
+		putCut(d, cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true})
 		c.mu.Lock()
 		taken := c.moveCutLocked(false, promotion)
 		c.mu.Unlock()

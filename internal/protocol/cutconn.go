@@ -481,8 +481,9 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	})
 	if w, _, _ := c.cfg.Dir.readCut(); w.owner == tag {
 		if _, live := c.conns[tag]; !live {
-			// A promotion for a connection that has closed: nobody acts
-			// until the next taker, which declares the gap. Its
+			// A claim whose connection closed inside its Synchronize (an
+			// outright take for a closed one is left out above): nobody
+			// acts until the next taker, which declares the gap. Its
 			// subscriptions are no longer known: recorded as every
 			// event, so that a standby in the chain, called first twice
 			// with nothing recorded between, takes over by rule 4 (an

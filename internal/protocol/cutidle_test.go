@@ -338,15 +338,9 @@ func TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn(t *testing.T) {
 	b.mu.Lock()
 	b.mainTag = taker
 	b.mu.Unlock()
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: taker, ownerSeen: true, key: 1, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: taker, ownerSeen: true, key: 1, acted: true, done: true})
 	back := a.Conn(kind) // a's new connection, owner again after its claim
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: back, ownerSeen: true, key: 2, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: back, ownerSeen: true, key: 2, acted: true, done: true})
 	b.ownAfterOverrun()
 	if w, _, _ := d.readCut(); w.owner != back {
 		t.Fatalf("the register left the live owner's connection: %+v", w)
@@ -355,10 +349,7 @@ func TestFollowingAnOverrunTakesNothingOnceTheRegisterMovedOn(t *testing.T) {
 		t.Fatalf("b became owner with no takeover of its own in force")
 	}
 	// With the takeover still in force, b follows it.
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: taker, ownerSeen: true, key: 3, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: taker, ownerSeen: true, key: 3, acted: true, done: true})
 	b.ownAfterOverrun()
 	if role := b.currentRole(); role != api.Role_ROLE_OWNER {
 		t.Fatalf("b did not follow its own takeover: role %v", role)
@@ -390,16 +381,10 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 	c.mainTag = mine
 	c.mu.Unlock()
 	dead, survivor := d.newConnTag(), d.newConnTag()
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: dead, ownerSeen: true, key: 1, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: dead, ownerSeen: true, key: 1, acted: true, done: true})
 	lost := c.noteLoss()
 	// The other survivor takes over by the cut (rule 4) and acts on event 2.
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true})
 	if got := c.promoteIfOrphaned("successor gone", lost); got != undecided {
 		t.Fatalf("promotion over a survivor's takeover since the loss: %v, want undecided", got)
 	}
@@ -422,10 +407,7 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 		t.Fatalf("the register left the survivor that took over before the loss was seen: %+v", w)
 	}
 	// The register still held by the lost owner: the promotion takes it.
-	d.updateCut(func(w *cutWord) bool {
-		*w = cutWord{owner: dead, ownerSeen: true, key: 2, acted: true, done: true}
-		return true
-	})
+	putCut(d, cutWord{owner: dead, ownerSeen: true, key: 2, acted: true, done: true})
 	if got := c.promoteIfOrphaned("successor gone", lost); got != promoted {
 		t.Fatalf("promotion from the lost owner: %v, want promoted", got)
 	}
