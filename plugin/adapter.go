@@ -1003,8 +1003,11 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		if p.recPods {
 			p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
 		}
-		r, _ := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late
+		r, skip := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late: skip means closed
 		defer r.done()
+		if skip {
+			return nil, nil, nil
+		}
 	}
 	if h, ok := p.author.(stub.CreateContainerInterface); ok {
 		if adjust, updates, err = h.CreateContainer(ctx, pod, c); err != nil {
@@ -1036,9 +1039,9 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	t := a.begin(ctx, evStopContainer, c.GetId())
 	defer t.end()
-	r, handed := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
+	r, skip := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
-	if !t.act || handed {
+	if !t.act || skip {
 		return nil, nil
 	}
 	a.noteMissedCreation(evStopContainer, c)
@@ -1065,9 +1068,9 @@ func (a *adapter) event(ctx context.Context, event eventKind, id string, call fu
 func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string, call func() error) error {
 	t := a.begin(ctx, event, id)
 	defer t.end()
-	r, handed := t.record(event, id, pod)
+	r, skip := t.record(event, id, pod)
 	defer r.done()
-	if !t.act || handed {
+	if !t.act || skip {
 		return nil
 	}
 	return call()
@@ -1078,9 +1081,9 @@ func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string,
 func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
 	t := a.begin(ctx, event, c.GetId())
 	defer t.end()
-	r, handed := t.record(event, c.GetId(), c.GetPodSandboxId())
+	r, skip := t.record(event, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
-	if !t.act || handed {
+	if !t.act || skip {
 		return nil
 	}
 	a.noteMissedCreation(event, c)

@@ -82,14 +82,24 @@ func lifeEvent(ev eventKind) (lifecycle.Kind, lifecycle.State, bool) {
 
 // record notes, for turn t of a lifecycle event on id (pod: a
 // container's pod id), that its change is being acted on; call done on
-// what it returns once the author's handler returned. handed: a catch-up
-// already handed the author this change (the runtime had changed the
-// object's state, as listed, before it sent the event): the author must
-// not get it again. An event this connection does not act on but declared
-// in doubt (the owner died inside it) is recorded as decided at once: it
-// is not handed again by a catch-up. No system call: a few loads and
-// stores in the mapped record, and no allocation.
-func (t turn) record(ev eventKind, id, pod string) (r recording, handed bool) {
+// what it returns once the author's handler returned. skip: the author
+// must not get this change, because
+//   - a catch-up already handed it (the runtime had changed the object's
+//     state, as listed, before it sent the event), or
+//   - the record is closed: Run has returned (release), or the test kit
+//     crashed the instance, after this event's decision. Handed now, the
+//     act would be in no record: the next owner declares the event in
+//     doubt (its register shows it acted on, not finished) and, the record
+//     showing the change not made, a later catch-up hands it again.
+//     Dropped, the catch-up's act is the only one. (The demo, cri-o,
+//     -faults 10: a RemovePodSandbox whose handler ran after its instance
+//     was killed, handed again 1.3 s later.)
+//
+// An event this connection does not act on but declared in doubt (the
+// owner died inside it) is recorded as decided at once: it is not handed
+// again by a catch-up. No system call: a few loads and stores in the
+// mapped record, and no allocation.
+func (t turn) record(ev eventKind, id, pod string) (r recording, skip bool) {
 	rec := t.a.p.rec
 	if rec == nil {
 		return recording{}, false
@@ -105,6 +115,11 @@ func (t turn) record(ev eventKind, id, pod string) (r recording, handed bool) {
 		return recording{}, false
 	}
 	s := rec.Begin(k, id, pod, st)
+	if s.Closed() {
+		t.a.p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
+			Warn("lifecycle record closed before this change was recorded (the instance is stopping): not handing it to the author; the next owner's catch-up will")
+		return recording{}, true
+	}
 	if s.Handed() {
 		t.a.p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
 			Info("a catch-up handed this lifecycle change to the author already; not handing it again")
@@ -277,6 +292,9 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			// lock their events take), and then the event path finds
 			// it handed.
 			s := rec.Begin(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
+			if s.Closed() {
+				return updates // stopping: the next owner's catch-up hands the rest (see turn.record)
+			}
 			updates = append(updates, p.handChange(ctx, c)...)
 			rec.EndLate(s)
 			p.caughtUpChanges.Add(1)

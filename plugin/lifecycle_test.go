@@ -359,3 +359,67 @@ func TestRemovalHandedByACatchUpIsNotHandedAgain(t *testing.T) {
 		t.Fatalf("%d changes caught up, want 2", st.CaughtUpChanges)
 	}
 }
+
+// An event whose decision was taken before the lifecycle record closed
+// (Run returned, or the test kit crashed the instance, while the event's
+// goroutine was between its decision and its record) is not handed to the
+// author: its act would be in no record, and the next owner's catch-up,
+// finding the change not made, would hand it a second time.
+func TestChangeBegunAfterTheRecordClosedIsNotHanded(t *testing.T) {
+	log, hook := test.NewNullLogger()
+	root, err := os.MkdirTemp("", "nhl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	author := &stopAuthor{}
+	p, err := New(author, WithVersion("1.0.0"), WithPluginName("closed"), WithPluginIdx("10"),
+		WithHandoverDir(root), WithInstanceID("c1"), WithLogger(logrus.NewEntry(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.release)
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod-1"}
+	c1 := &api.Container{Id: "c1", PodSandboxId: pod.Id}
+	if _, _, err := a.CreateContainer(ctx, pod, c1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.StopContainer(ctx, pod, c1); err != nil {
+		t.Fatal(err)
+	}
+	// The record closes; the coordinator, still open, lets the next
+	// events through their decision, as it did for the event in flight.
+	if err := p.rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := &api.Container{Id: "c2", PodSandboxId: pod.Id}
+	adj, _, err := a.CreateContainer(ctx, pod, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := adj.GetAnnotations()[p.stampKey]; ok {
+		t.Fatal("a creation begun after the record closed was stamped")
+	}
+	if _, err := a.StopContainer(ctx, pod, c2); err != nil {
+		t.Fatal(err)
+	}
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	if strings.Join(author.stops, ",") != "c1" {
+		t.Fatalf("stops handed %v, want [c1]: c2's came after the record closed", author.stops)
+	}
+	warned := 0
+	for _, e := range hook.AllEntries() {
+		if strings.HasPrefix(e.Message, "lifecycle record closed") {
+			warned++
+		}
+	}
+	if warned != 2 {
+		t.Fatalf("%d warnings of a change not handed for a closed record, want 2", warned)
+	}
+}

@@ -137,7 +137,14 @@ type Slot struct {
 	i      int
 	word   uint64 // the word Begin wrote
 	handed bool
+	closed bool
 }
+
+// Closed reports that Begin found the record closed (Close): the
+// instance that holds it is winding down, and an act it began cannot be
+// recorded any more. Its caller must not hand the change to the author:
+// the change stays as the record had it, and a later catch-up hands it.
+func (s Slot) Closed() bool { return s.closed }
 
 // Handed reports that Begin found the change already handed to the
 // author by a catch-up (EndLate): the runtime sent the event after all,
@@ -403,7 +410,7 @@ func (t *Table) overflow() { atomic.AddUint64(t.hword(offOverflows), 1) }
 // cleared by End. A new object is inserted (its state Unknown until End,
 // Created for a creation). pod is a container's pod id. The returned slot
 // is for End; it is not Valid if nothing could be recorded (counted in
-// Overflows when for lack of room).
+// Overflows when for lack of room; Closed when the record is).
 func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 	if t == nil {
 		return Slot{}
@@ -411,7 +418,7 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.mem == nil {
-		return Slot{}
+		return Slot{closed: true}
 	}
 	at, w, free := t.find(k, id)
 	if at < 0 {

@@ -166,6 +166,26 @@ func TestLifecycleLateEndChangesNothing(t *testing.T) {
 	}
 }
 
+// Begin on a closed record says so (Slot.Closed), so that its caller
+// does not hand the author a change no record will hold; Begin on an
+// open record, even without room, does not.
+func TestLifecycleBeginOnAClosedRecordSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, dir, 1)
+	if s := a.Begin(Container, "ctr-1", "pod", Created); !s.Valid() || s.Closed() {
+		t.Fatalf("first begin %+v, want valid, not closed", s)
+	}
+	if s := a.Begin(Container, "ctr-2", "pod", Created); s.Valid() || s.Closed() {
+		t.Fatalf("begin without room %+v, want not valid, not closed", s)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s := a.Begin(Container, "ctr-1", "pod", Running); s.Valid() || !s.Closed() {
+		t.Fatalf("begin on a closed record %+v, want closed", s)
+	}
+}
+
 func TestLifecycleSetOnlyMovesForward(t *testing.T) {
 	a := open(t, t.TempDir(), 16)
 	a.Set(Container, "c", "p", Stopped)
