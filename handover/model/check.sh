@@ -239,6 +239,7 @@ cut_correct=(
 	"cut-overrun-alo|-DNEV=3 $rx -DALO -DFAIL1 -DSTANDBY -DABANDON -DDROP -DFAULT_NO_GAP||22|rules 3 and 4 with at-least-once: an event in doubt is acted on at least once"
 	"cut-dropped|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP||22|rule 4: the runtime drops the owner between events (frozen, killed)"
 	"cut-dropped-mid|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP||22|rule 4: the runtime drops the owner between two calls of an event, before its own (frozen: its request times out), an heir right after A handed over to it included (sighting.handed)"
+	"cut-dropped-handover|-DNEV=3 ${rx/-DWINDOW/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCHECK_DECL_EVENTS||22|rule 4 after a handover: A hands over to N1 and closes, the runtime drops N1 before its call; S, called before A or between A and N1, takes over at the next event declaring the handed one alone (no WINDOW: no more events declared skipped than faults)"
 	"cut-released|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE||22|rule 5: the old owner leaves and releases the register (heir appended or none), the heir's idle and gone paths"
 	"cut-released-standby|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|rule 5: the owner releases with no successor; the standby takes over"
 	# caller.releaser (bb7709f): A, released, stays in the chain until it
@@ -298,7 +299,8 @@ cut_broken=(
 	"cut-x6-idle-seen0|-DNEV=3 $fx -DIDLE_OS0||20|acts[e]==1|an idle promotion that leaves ownerSeen 0: the next same-key event: miss"
 	"cut-x7-no-t2|-DNEV=3 $fx -DNO_T2||20|acts[e]<=1|Q may pass between two calls of one event (timing T2 broken): duplicate"
 	# rules 3-5: each rule left out must be caught
-	"cut-x29-handed-dropped|-DNEV=3 $rx -DNO_HANDED -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP|-O1|22|acts[j]>=1|the code before sighting.handed: A hands over at E, the runtime drops N1 before its call for E; A skips the next event and takes over a call later: E is missed, declared by nobody"
+	"cut-x29-handed-dropped|-DNEV=3 $rx -DNO_HANDED -DNO_HANDED_SEEN -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP|-O1|22|acts[j]>=1|the code before sighting.handed (NO_HANDED) and the standby's reading of a handover (NO_HANDED_SEEN): A hands over at E, the runtime drops N1 before its call for E; A skips the next event and takes over a call later: E is missed, declared by nobody"
+	"cut-x30-handover-drop-two|-DNEV=3 ${rx/-DWINDOW/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCHECK_DECL_EVENTS -DNO_HANDED_SEEN||22|cc<=faults|the code before (NO_HANDED_SEEN; cut-dropped-handover without it): A hands over and closes, N1 is dropped before its call; S skips the next event too and declares two for one fault"
 	"cut-x8-no-rule3|-DNEV=4 $rx -DNO_RULE3 -DNO_N1 -DSTANDBY -DABANDON -DNO_LATE -DCHECK_PROMPT|-O1|20|decl[j]&2|rule 3 left out: a handler that never returns is found only by rule 4, events later"
 	"cut-x9-no-rule4|-DNEV=4 $rx -DNO_RULE4 -DNO_N1 -DSTANDBY -DDROP|-O1|20|acts[j]>=1|rule 4 left out: an owner dropped between events: every later event missed"
 	"cut-x10-no-rule5|-DNEV=4 $rx -DNO_RULE5 -DNO_N1 -DSTANDBY -DRELEASE|-O1|20|acts[j]>=1|rule 5 left out: a released register: every later event missed"
@@ -326,6 +328,7 @@ cut_broken=(
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"
 	"cut-x19-releaser-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DREACH_RELEASER||22|!(rls)|vacuity: the must-hold cut-released runs reach a releaser's take"
+	"cut-x31-handover-reached|-DNEV=3 ${rx/-DWINDOW/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCHECK_DECL_EVENTS -DREACH_R4H||22|!(r4h)|vacuity: cut-dropped-handover reaches rule 4 read from the counter (S called before A)"
 )
 
 # check.sh cut: the per-event cut's runs only

@@ -249,8 +249,9 @@ byte maskTag = 1;
 byte Wev = 0;
 bit sgv[NC];
 bit sfirst[NC];
-bit shand[NC];   /* sighting.handed: the sighting of the owner's own handover (rule 2) */
+bit shand[NC];   /* sighting.handed: the event was handed over (rule 2) to an owner not yet called for it */
 byte sown[NC];
+byte skey[NC];   /* sighting.key */
 byte scnt[NC];
 byte sev[NC];
 bit mt[NC];
@@ -364,6 +365,19 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #else
 #define SAMEOWNER (Wowner == sown[c])
 #endif
+/* cutWord.handedUnseen: the word records key k handed over (rule 2) to an
+ * owner that has not been called for it. NO_HANDED_SEEN (broken, the code
+ * before): a standby's sighting does not note it, and rule 4 does not
+ * read a handover from the events counter (skipped's second case) */
+#ifdef NO_HANDED_SEEN
+#define HANDEDUNSEEN(kk) 0
+#define R4AFTERHANDOVER 0
+#else
+#define HANDEDUNSEEN(kk) (Wkey == kk && Wowner != 0 && Wheir == 0 && !Wacted && !WoS && !WiD)
+/* Dir.skipped's second case: the one event recorded since the sighting
+ * is its own event handed over to another owner, not called for it */
+#define R4AFTERHANDOVER (sgv[c] && sfirst[c] && !shand[c] && sown[c] != 0 && Wowner != 0 && Wowner != sown[c] && evcount == scnt[c] + 1 && k != Wkey && HANDEDUNSEEN(skey[c]))
+#endif
 /* a new word for X alone, acting on this event (rules 3-5) */
 #define FRESH(X) Wowner = X; Wheir = 0; WoS = 1; WhS = 0; Wacted = 1; Wdone = 0; WiD = 0
 
@@ -377,7 +391,7 @@ bit finished = 0;      /* the runtime delivered every event */      /* some newc
 #endif
 /* the event of the sighting: after its own handover (shand), the handed
  * event itself, which the word records (Decision.skippedHanded) */
-#define DECLARE_SIGHTED(c) if :: shand[c] -> decl[sev[c]] = decl[sev[c]] | 2 :: else -> DECLARE_SKIPPED(c) fi
+#define DECLARE_SIGHTED(c) if :: shand[c] || r4h -> decl[sev[c]] = decl[sev[c]] | 2 :: else -> DECLARE_SKIPPED(c) fi
 
 /* One request of the runtime to connection c for event e with key k: Dir.decide
  * (cut.go) exactly, then the handler and Dir.finish. */
@@ -402,6 +416,7 @@ inline call(c, e, k) {
 #endif
 			snap = WORD;
 			ev0 = evcount;
+			r4h = 0;
 			isO = (Wowner == tag(c));
 			isH = (Wheir == tag(c));
 			if
@@ -421,6 +436,7 @@ inline call(c, e, k) {
 				:: else ->
 					if
 					:: mt[c] && sgv[c] && sfirst[c] && Wowner != 0 && SAMEOWNER && evcount == scnt[c] && MASKOK && RULE4 && !(shand[c] && (WoS || Wacted)) -> plan = P_R4
+					:: mt[c] && R4AFTERHANDOVER && MASKOK && RULE4 && !(Wowner == sown[c] && evcount == scnt[c]) -> plan = P_R4; r4h = 1
 					:: else ->
 						if
 						:: mt[c] && OVERRAN && Wkey == k -> plan = P_R3D
@@ -447,7 +463,7 @@ inline call(c, e, k) {
 				:: else
 				fi;
 #endif
-				sgv[c] = 1; sfirst[c] = (Wkey != k); shand[c] = 0; sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; CALLED(c);
+				sgv[c] = 1; sfirst[c] = (Wkey != k) || HANDEDUNSEEN(k); shand[c] = HANDEDUNSEEN(k); sown[c] = Wowner; skey[c] = k; scnt[c] = evcount; sev[c] = e; CALLED(c);
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
@@ -483,12 +499,17 @@ inline call(c, e, k) {
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N ->
 					if
 					:: plan == P_R4 ->
+#ifdef REACH_R4H
+						/* a vacuity check: rule 4 after a handover the
+						 * taker reads from the counter (R4AFTERHANDOVER) */
+						assert(!r4h);
+#endif
 						DECLARE_SIGHTED(c); ndecl++;
 						/* Decision.handedUnacted: the recorded event, handed
 						 * over and acted on by nobody, declared too */
 #ifndef NO_HANDED
 						if
-						:: !shand[c] && !Wacted && !WiD && Wev > 0 -> decl[Wev - 1] = decl[Wev - 1] | 2
+						:: !shand[c] && !r4h && !Wacted && !WiD && Wev > 0 -> decl[Wev - 1] = decl[Wev - 1] | 2
 						:: else
 						fi
 #else
@@ -613,7 +634,7 @@ inline call(c, e, k) {
 					/* but a handover's: the heir, called after it for
 					 * this event, marks the word (rule 4 at its next call
 					 * if not: sighting.handed) */
-					sgv[c] = 1; sfirst[c] = 1; shand[c] = 1; sown[c] = Wowner; scnt[c] = evcount; sev[c] = e; hov = 0
+					sgv[c] = 1; sfirst[c] = 1; shand[c] = 1; sown[c] = Wowner; skey[c] = k; scnt[c] = evcount; sev[c] = e; hov = 0
 				:: else
 				fi;
 				CALLED(c);
@@ -622,7 +643,7 @@ inline call(c, e, k) {
 			fi
 		   }
 		od;
-		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0; rls = 0;
+		plan = 0; snap = 0; isO = 0; isH = 0; seen = 0; ev0 = 0; rls = 0; r4h = 0;
 		if
 		:: act ->
 			atomic { acts[e]++; assert(acts[e] <= 1 || (ALOV && (decl[e] & 1))) }
@@ -758,6 +779,7 @@ proctype Runtime() {
 	int snap;
 	byte plan, j, ev0, cc;
 	bit isO, isH, seen, wmd, hov;
+	bit r4h;    /* Decision.skippedHanded of rule 4's second case (R4AFTERHANDOVER) */
 	byte rls;   /* caller.releaser of the call (2: not computed yet) */
 #endif
 	do
@@ -908,6 +930,20 @@ dropped_last:
 		od;
 #ifdef CHECK_DECL_BOUND
 		assert(ndecl <= faults + nrel);
+#endif
+#ifdef CHECK_DECL_EVENTS
+		/* no more events declared skipped than faults (without WINDOW:
+		 * each declaration names its events; the heir's ambiguous skip,
+		 * C6, declares in doubt, a false alarm a fault need not cause):
+		 * a drop right after a handover costs the handed event alone,
+		 * whoever takes over */
+		j = 0; cc = 0;
+		do
+		:: j < NEV -> if :: decl[j] & 2 -> cc++ :: else fi; j++
+		:: else -> break
+		od;
+		assert(cc <= faults);
+		cc = 0;
 #endif
 		/* the events counter counts every recorded event once (cut-x21:
 		 * counted before every CAS, a failed one counted too, and its

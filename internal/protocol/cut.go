@@ -158,11 +158,11 @@ type Decision struct {
 	// demo, mode cri-o, -faults). It is declared too: two events, the
 	// recorded one and the one of the previous call, reached no handler.
 	handedUnacted bool
-	// skippedHanded: with handedUnacted, rule 4 at the next call after
-	// this connection's own handover: the event of its previous call is
-	// the recorded one, handed over and acted on by nobody; the heir was
-	// dropped before its call (sighting.handed). One event is declared,
-	// and this one is acted on.
+	// skippedHanded: with handedUnacted, the event of this connection's
+	// previous call is the recorded one, handed over and acted on by
+	// nobody: the heir was dropped before its call (skipped: after this
+	// connection's own handover, or another's it was called around). One
+	// event is declared, and this one is acted on.
 	skippedHanded bool
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
@@ -213,8 +213,11 @@ type caller struct {
 // caller passes it back with its next call. (What an heir's ambiguous
 // skip saw is in the register: cutWord.heirUnseen.)
 type sighting struct {
-	valid  bool
-	first  bool   // the register did not record the event's key: the owner had not been called for it yet
+	valid bool
+	// first: the owner had not been called for the event yet: the
+	// register did not record its key, or recorded it handed over to the
+	// owner, which had not acted on it (handed).
+	first  bool
 	owner  uint16 // the register's owner then
 	kind   uint64 // the event's kind
 	key    uint32 // the event's key
@@ -222,12 +225,18 @@ type sighting struct {
 	// firstCall: it was the connection's first call (set by
 	// Coordinator.Decide, which knows).
 	firstCall bool
-	// handed: the call was the owner's, which handed the event over to
-	// its heir (rule 2) and did not act on it; owner is that heir. The
-	// heir, in the chain, is called for that event after it: unless the
-	// runtime dropped it, by the next event it has acted on it (see
-	// skipped).
+	// handed: the event was handed over to owner (rule 2), which had not
+	// been called for it: the call was the owner's own handover, or one
+	// of a connection called between the owner and its heir. The heir, in
+	// the chain, is called for that event after it: unless the runtime
+	// dropped it, by the next event it has acted on it (see skipped).
 	handed bool
+}
+
+// handedUnseen reports whether w records the event with key handed over
+// to its owner (rule 2), which has not been called for it.
+func (w cutWord) handedUnseen(key uint32) bool {
+	return w.key == key && w.owner != 0 && w.heir == 0 && !w.acted && !w.ownerSeen && !w.inDoubt
 }
 
 // skipped reports whether the owner was never called for the event of the
@@ -235,22 +244,43 @@ type sighting struct {
 // register did not record that event when the caller was called first for
 // it, and no connection recorded a new event since (the owner, called
 // after it, would have). The runtime dropped the owner, or it is frozen
-// outside its handlers.
-func (d *Dir) skipped(w cutWord, prev sighting, events uint64) bool {
-	if !prev.valid || !prev.first || w.owner == 0 || w.owner != prev.owner || events != prev.events {
-		return false
+// outside its handlers. handed: that event was handed over to the owner
+// and nobody acted on it (Decision.skippedHanded), because
+//   - the caller saw the handover (sighting.handed), or
+//   - the one event recorded since the caller's call is that handover: the
+//     register records the caller's event (its key), not acted on, its
+//     owner another than the one the caller saw. Only rule 2 records an
+//     event without acting on it, and the heir it hands over to is in
+//     the runtime's chain after the owner (it was called for the
+//     previous event after it); a new event with another key (key) comes
+//     only once the runtime is done with that one. The heir was dropped
+//     before its call: killed right after the handover (the demo,
+//     -faults: two events lost where the owner that handed over had left).
+func (d *Dir) skipped(w cutWord, prev sighting, events uint64, key uint32) (skipped, handed bool) {
+	if !prev.valid || !prev.first || w.owner == 0 {
+		return false, false
 	}
-	if prev.handed && (w.ownerSeen || w.acted) {
-		// The heir it handed over to was called for that event (its call,
-		// the second, records no new event: it marks the word).
-		return false
+	switch {
+	case w.owner == prev.owner && events == prev.events:
+		if prev.handed && (w.ownerSeen || w.acted) {
+			// The heir it was handed over to was called for that event
+			// (its call, the second, records no new event: it marks the
+			// word).
+			return false, false
+		}
+		handed = prev.handed
+	case !prev.handed && prev.owner != 0 && w.owner != prev.owner && events == prev.events+1 &&
+		w.key == prev.key && key != w.key && w.handedUnseen(prev.key):
+		handed = true
+	default:
+		return false, false
 	}
 	// A mask of another connection: the owner has not recorded its own yet
 	// (setOwnerEvents follows the swap that made it owner, and it may have
 	// been frozen or killed in between: model finding C8); count it as
 	// subscribing.
 	m := atomic.LoadUint64(d.word(ownerMaskCut))
-	return uint16(m>>48) != w.owner || m&prev.kind != 0
+	return uint16(m>>48) != w.owner || m&prev.kind != 0, handed
 }
 
 // overran reports whether the register's acting connection is still
@@ -315,10 +345,13 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		marked := w.unrecorded && !isOwner
 		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
 		events := atomic.LoadUint64(d.word(eventsOffset))
-		skipped := false
+		skipped, skippedHanded := false, false
 		if !isOwner && !isHeir {
-			dec.saw = sighting{valid: true, first: w.key != key, owner: w.owner, kind: kind, key: key, events: events}
-			skipped = me.mayTakeOver && d.skipped(w, me.prev, events)
+			handed := w.handedUnseen(key)
+			dec.saw = sighting{valid: true, first: w.key != key || handed, handed: handed, owner: w.owner, kind: kind, key: key, events: events}
+			if me.mayTakeOver {
+				skipped, skippedHanded = d.skipped(w, me.prev, events, key)
+			}
 			released := (me.mayTakeOver || me.releaser) && w.owner == 0 && w.heir == 0
 			if released && me.gone != nil && me.gone() {
 				return dec // a late handler of a closed connection
@@ -331,14 +364,16 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				// this one's previous call, the recorded event is older
 				// than this one, and if this one was called first for
 				// that previous event, nobody acted on it (the owner left
-				// before its turn): it is declared. Otherwise the
+				// before its turn): it is declared, unless it was handed
+				// over to the owner before this call (sighting.handed) and
+				// the register shows the owner acted on it. Otherwise the
 				// recorded event may be this one (the owner acted on it,
 				// then released): with its key, this event is in doubt.
 				quiet := me.prev.valid && events == me.prev.events
 				dec.Promoted, dec.Act, dec.took = true, true, true
 				w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
 				switch n := decodeCut(old); {
-				case quiet && me.prev.first && me.prev.owner != 0:
+				case quiet && me.prev.first && me.prev.owner != 0 && !(me.prev.handed && n.acted):
 					dec.Overrun = true
 				case !quiet && n.key == key && n.acted:
 					dec.InDoubt, dec.Act = true, me.atLeastOnce
@@ -382,9 +417,10 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			// Decision.handedUnacted).
 			dec.handedUnacted = !w.acted && !w.inDoubt
 			dec.recordedKey = w.key
-			// At the call right after this connection's own handover, the
-			// event skipped is the one it handed over (declared once).
-			dec.skippedHanded = me.prev.handed
+			// After a handover (this connection's own, or one it saw or
+			// can tell from the register, see skipped), the event skipped
+			// is the one handed over (declared once).
+			dec.skippedHanded = skippedHanded
 			newEvent = true
 			w = cutWord{owner: tag, ownerSeen: true, key: key, acted: true}
 		} else if !isOwner && w.overran() {

@@ -1189,3 +1189,77 @@ func TestPromotionTakeLeavesTheRegisterToASurvivorThatTookIt(t *testing.T) {
 		}
 	}
 }
+
+// TestCutStandbyTakesOverFromAHeirDroppedAtItsHandover: the owner hands
+// over to its heir at event 2 and leaves (it is not called again); the
+// heir is killed right then, and the runtime drops it before calling it
+// for event 2. A standby that was called for event 2 before the owner, or
+// between the owner and the heir, takes over at event 3 by rule 4: it
+// acts on event 3 and declares event 2 only (skippedHanded). Before, it
+// skipped event 3 as well (the register's owner was not the one it had
+// seen, or had been handed the event it saw), took over at event 4 and
+// declared two events (the demo, -faults 10: a kill right after a
+// handover cost two). If the heir acted on event 2, the standby skips
+// event 3 as any other.
+func TestCutStandbyTakesOverFromAHeirDroppedAtItsHandover(t *testing.T) {
+	const kind = 1 << 3
+	for _, standbyFirst := range []bool{true, false} {
+		for _, heirActs := range []bool{false, true} {
+			name := fmt.Sprintf("standby first %v, heir acts %v", standbyFirst, heirActs)
+			d, owner, heir := newCutWithHeirForTest(t, kind)
+			standby := d.newConnTag()
+			me := caller{mayTakeOver: true, events: kind}
+			ownerMe := caller{mayTakeOver: true, events: kind}
+			// Event 1: the heir is seen in the chain (called after the
+			// owner, which acts).
+			if dec := d.decide(standby, 1, kind, me); dec.Act {
+				t.Fatalf("%s: event 1: the standby acted: %+v", name, dec)
+			} else {
+				me.prev = dec.saw
+			}
+			if dec := d.decide(owner, 1, kind, ownerMe); !dec.Act {
+				t.Fatalf("%s: event 1: the owner did not act: %+v", name, dec)
+			}
+			d.finish(owner, 1)
+			if dec := d.decide(heir, 1, kind, caller{events: kind}); dec.Act {
+				t.Fatalf("%s: event 1: the heir acted too: %+v", name, dec)
+			}
+			// Event 2: the owner hands over.
+			if standbyFirst {
+				dec := d.decide(standby, 2, kind, me)
+				if dec.Act {
+					t.Fatalf("%s: event 2: the standby acted: %+v", name, dec)
+				}
+				me.prev = dec.saw
+			}
+			if dec := d.decide(owner, 2, kind, ownerMe); dec.Act || !dec.HandedOver {
+				t.Fatalf("%s: event 2: the owner did not hand over: %+v", name, dec)
+			}
+			if !standbyFirst {
+				dec := d.decide(standby, 2, kind, me)
+				if dec.Act {
+					t.Fatalf("%s: event 2: the standby acted: %+v", name, dec)
+				}
+				me.prev = dec.saw
+			}
+			if heirActs {
+				if dec := d.decide(heir, 2, kind, caller{events: kind}); !dec.Act {
+					t.Fatalf("%s: event 2: the heir did not act: %+v", name, dec)
+				}
+				d.finish(heir, 2)
+			}
+			// Event 3: the owner has left; the heir, if dropped, is not
+			// called.
+			dec := d.decide(standby, 3, kind, me)
+			if heirActs {
+				if dec.Act || dec.Promoted {
+					t.Fatalf("%s: event 3: the standby took over from a heir that acted: %+v", name, dec)
+				}
+				continue
+			}
+			if !dec.Act || !dec.skippedOwner || !dec.skippedHanded || !dec.handedUnacted || dec.recordedKey != 2 {
+				t.Fatalf("%s: event 3: the standby did not take over declaring event 2 only: %+v", name, dec)
+			}
+		}
+	}
+}

@@ -174,7 +174,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		c.catchUp()
 	case d.Overrun && d.skippedHanded:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-			Warn("in doubt: this connection handed its last event over to the heir, and the runtime dropped the heir before calling it for that event; nobody acted on it; taking over")
+			Warn("in doubt: the last event this connection was called for was handed over to the heir, and the runtime dropped the heir before calling it for that event; nobody acted on it; taking over")
 		c.countInDoubt()
 		if c.currentRole() == api.Role_ROLE_OWNER {
 			c.catchUp()
