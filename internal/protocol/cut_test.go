@@ -1263,3 +1263,58 @@ func TestCutStandbyTakesOverFromAHeirDroppedAtItsHandover(t *testing.T) {
 		}
 	}
 }
+
+// TestCutPromotionForAnUncalledConnectionLeavesTheRegisterToAMarker: the
+// owner dies after an event; a standby of another instance, called first
+// for the next event, skips it and marks the register (the owner is not
+// called). Then the control plane of a third instance promotes it for its
+// newest connection, which the runtime has not called yet (a catch-up's
+// new connection, between its Synchronize and its append). Taken for it,
+// the standby skipped the event after too (the register named an owner it
+// had not seen) and took over a call later: two events declared for one
+// kill (the demo, mode gap, -faults 10 -seed 18). Left, the standby takes
+// over at its next call by rule 4 and declares the marked event alone. A
+// connection the runtime has called is taken for, as before.
+func TestCutPromotionForAnUncalledConnectionLeavesTheRegisterToAMarker(t *testing.T) {
+	const kind = 1 << 3
+	for _, called := range []bool{false, true} {
+		d, owner, standby := newCutForTest(t, kind)
+		fresh := d.newConnTag()
+		c := coordForCutTest(d, fresh, kind)
+		if called {
+			c.sightings[fresh] = sighting{} // an owner's last call leaves none
+		}
+		sb := caller{mayTakeOver: true, events: kind}
+		if !d.decide(owner, 1, kind, caller{events: kind}).Act {
+			t.Fatal("event 1: the owner did not act")
+		}
+		d.finish(owner, 1)
+		dec := d.decide(standby, 1, kind, sb)
+		sb.prev = dec.saw
+		dec = d.decide(standby, 2, kind, sb) // the owner died: not called
+		if dec.Act {
+			t.Fatalf("event 2: the standby acted at its first sight of it: %+v", dec)
+		}
+		sb.prev = dec.saw
+		if w, _, _ := d.readCut(); !w.unrecorded {
+			t.Fatalf("event 2: the standby did not mark the register: %+v", w)
+		}
+		c.mu.Lock()
+		taken := c.moveCutLocked(false, true)
+		c.mu.Unlock()
+		w, _, _ := d.readCut()
+		if called {
+			if w.owner != fresh || !taken.marked {
+				t.Fatalf("a promotion for a connection in the chain did not take the register declaring the mark: %+v, %+v", w, taken)
+			}
+			continue
+		}
+		if w.owner != owner || taken.marked || taken.inDoubt {
+			t.Fatalf("a promotion for a connection not called yet moved the register or declared: %+v, %+v", w, taken)
+		}
+		dec = d.decide(standby, 3, kind, sb)
+		if !dec.Act || !dec.Promoted || !dec.skippedOwner || !dec.unrecorded {
+			t.Fatalf("event 3: the standby must take over by rule 4, declaring the marked event: %+v", dec)
+		}
+	}
+}

@@ -438,6 +438,8 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 			// now, the event it acted on would be declared in doubt at this
 			// instance's call (the demo, -faults 10 -seed 78).
 			return false
+		case promotion && c.promotionFindsMarkerLocked(*w, recorded, tag):
+			return false
 		case w.owner == 0 && w.heir == 0 && !heir:
 			// Released with no heir, and not granted by the releaser:
 			// rule 5 gives it to the first connection that may take
@@ -528,6 +530,33 @@ func (c *Coordinator) promotionFindsTakerLocked(owner uint16) bool {
 	}
 	saw := c.sightings[c.mainTag]
 	return saw.valid && saw.owner != 0 && owner != saw.owner
+}
+
+// promotionFindsMarkerLocked reports whether a promotion for connection
+// tag leaves the register (w, the events counter recorded) to a survivor
+// that marked it: tag has not been called for an event yet (the runtime
+// may not have appended it: a catch-up's new connection, between its
+// Synchronize and its append on CRI-O), and the register carries the mark
+// of a connection of another instance that may take over, called for an
+// event the dead owner was not called for (cutWord.unrecorded; none of
+// this instance's connections saw what the mark needs). That connection
+// takes over by rule 4 at its next call and declares the marked event.
+// Taken for tag, the events until tag is appended reach nobody acting:
+// the survivor skips one more and declares it as well (the demo, mode
+// gap, -faults 10: two declarations for one kill). Call with mu.
+func (c *Coordinator) promotionFindsMarkerLocked(w cutWord, recorded uint64, tag uint16) bool {
+	if !w.unrecorded || w.owner == 0 || w.heir != 0 || c.ownLiveConnLocked(w.owner) {
+		return false
+	}
+	if _, called := c.sightings[tag]; called {
+		return false
+	}
+	for conn := range c.conns {
+		if s := c.sightings[conn]; s.valid && s.first && s.owner == w.owner && s.events == recorded {
+			return false // the mark may be this instance's own
+		}
+	}
+	return true
 }
 
 // ownLiveConnLocked reports whether tag is a connection of this instance
