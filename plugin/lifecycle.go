@@ -241,12 +241,24 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// inside the author's handler with no instance to take over: in
 	// doubt.
 	pending := false
+	// inFlight: the objects whose creation the instance that died was
+	// inside of. The runtime adds such an object to its list only once it
+	// is done with that event (it gave up on the dead instance, called the
+	// others), and CRI-O lists outside the lock its events take: a list
+	// taken meanwhile lacks it, and Diff would read it as gone (its stop,
+	// and removal, handed now, and the runtime's own StartContainer found
+	// handed and dropped: the demo, cri-o, -faults 10). Left out of this
+	// Diff: its own events, or the next catch-up, settle it.
+	inFlight := map[string]bool{}
 	for _, e := range entries {
 		if e.Pending == lifecycle.Unknown {
 			continue
 		}
 		pending = true
 		ev := pendingEvent(e)
+		if ev == evCreateContainer || ev == evRunPodSandbox {
+			inFlight[e.Kind.String()+"/"+e.ID] = true
+		}
 		if ev == evCreateContainer {
 			// The creation catch-up covers it: an unstamped container
 			// is handed to the author's Synchronize as unprocessed.
@@ -277,6 +289,15 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	if pending {
 		entries, _ = rec.Entries()
 		entries = olderThan(entries, since)
+	}
+	if len(inFlight) > 0 {
+		kept := entries[:0:0]
+		for _, e := range entries {
+			if !inFlight[e.Kind.String()+"/"+e.ID] {
+				kept = append(kept, e)
+			}
+		}
+		entries = kept
 	}
 	changes, sets := lifecycle.Diff(entries, pods, ctrs)
 	// handed: the objects a change of which was handed here, marked late
@@ -310,6 +331,9 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	for _, s := range sets {
 		if s.Kind == lifecycle.Pod && !p.recPods && s.State != lifecycle.Removed {
 			continue // the author handles no pod change: pods are not recorded
+		}
+		if inFlight[s.Kind.String()+"/"+s.ID] {
+			continue // its creation's event may not be done at the runtime (see inFlight)
 		}
 		if !quiet && !known[s.Kind.String()+"/"+s.ID] {
 			continue // listed, not recorded: may be gone since (see quiet)
