@@ -177,6 +177,7 @@ type Coordinator struct {
 	claimHeirEvents   uint64              // the heir mask the claim in progress replaced
 	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide); absent: never called
 	releasedTag       uint16              // the connection that released the register when this instance left (see caller.releaser)
+	promotingFrom     loss                // of a promotion in progress: the register as the loss was seen (see promoteIfOrphaned)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
@@ -1403,8 +1404,15 @@ func (c *Coordinator) takenSince(l loss) bool {
 	w, _, _ := c.cfg.Dir.readCut()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, mine := c.conns[w.owner]
-	return c.promotionFindsTakerLocked(w.owner) || !mine && w.owner != 0 && l.owner != 0 && w.owner != l.owner
+	return c.promotionFindsTakerLocked(w.owner) || c.takenSinceLocked(l, w.owner)
+}
+
+// takenSinceLocked reports whether owner, the register's owner now, is a
+// connection of another instance than the one noted at the loss l. Call
+// with mu.
+func (c *Coordinator) takenSinceLocked(l loss, owner uint16) bool {
+	_, mine := c.conns[owner]
+	return !mine && owner != 0 && l.owner != 0 && owner != l.owner
 }
 
 // promoteIfOrphaned makes this instance owner, outside a Synchronize, when
@@ -1437,7 +1445,16 @@ func (c *Coordinator) promoteIfOrphaned(why string, lost loss) promotion {
 		c.log.WithField("why", why).Info("promotion: another instance took the events over since; leaving them to it")
 		return undecided
 	}
-	if err := c.ownOutsideFence("promoted: "+why, OutcomePromoted, c.clock().Now()); err != nil {
+	// The take inside the promotion checks the loss again (moveCutLocked):
+	// a survivor may take over by the cut between takenSince and the swap.
+	c.mu.Lock()
+	c.promotingFrom = lost
+	c.mu.Unlock()
+	err = c.ownOutsideFence("promoted: "+why, OutcomePromoted, c.clock().Now())
+	c.mu.Lock()
+	c.promotingFrom = loss{}
+	c.mu.Unlock()
+	if err != nil {
 		c.log.WithError(err).Warn("promotion: publish failed")
 		return undecided
 	}

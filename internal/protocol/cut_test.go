@@ -1190,6 +1190,36 @@ func TestPromotionTakeLeavesTheRegisterToASurvivorThatTookIt(t *testing.T) {
 	}
 }
 
+// TestPromotionTakeLeavesTheRegisterToASurvivorThatTookItSinceTheLoss: as
+// above, with an instance whose newest connection has not been called yet
+// (it saw no owner): only the owner noted at the loss tells that the
+// survivor took over since (the demo, mode gap, -faults 10 -seed 56: the
+// survivor took over by rule 3 0.2 ms after the promotion's decision and
+// before its swap, which took the register from it in the middle of its
+// event and declared that event in doubt).
+func TestPromotionTakeLeavesTheRegisterToASurvivorThatTookItSinceTheLoss(t *testing.T) {
+	const kind = 1 << 3
+	for _, noted := range []bool{true, false} {
+		d, dead, survivor := newCutForTest(t, kind)
+		mine := d.newConnTag()
+		c := coordForCutTest(d, mine, kind)
+		if noted {
+			c.promotingFrom = loss{owner: dead, at: time.Now()}
+		}
+		putCut(d, cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true})
+		c.mu.Lock()
+		taken := c.moveCutLocked(false, true)
+		c.mu.Unlock()
+		w, _, _ := d.readCut()
+		if noted && (w.owner != survivor || taken.inDoubt) {
+			t.Fatalf("a promotion took the register from a survivor that took it over since the loss: %+v, %+v", w, taken)
+		}
+		if !noted && w.owner != mine {
+			t.Fatalf("a promotion with no loss noted did not take the register: %+v", w)
+		}
+	}
+}
+
 // TestCutStandbyTakesOverFromAHeirDroppedAtItsHandover: the owner hands
 // over to its heir at event 2 and leaves (it is not called again); the
 // heir is killed right then, and the runtime drops it before calling it
