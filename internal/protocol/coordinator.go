@@ -178,6 +178,7 @@ type Coordinator struct {
 	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide); absent: never called
 	releasedTag       uint16              // the connection that released the register when this instance left (see caller.releaser)
 	promotingFrom     loss                // of a promotion in progress: the register as the loss was seen (see promoteIfOrphaned)
+	followingOverrun  bool                // an ownAfterOverrun in progress (see moveCutLocked)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over

@@ -533,7 +533,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				// For this connection's next call: the heir, called
 				// after it for this event, marks the word; if it does
 				// not, the runtime dropped it (rule 4 at that call).
-				dec.saw = sighting{valid: true, first: true, handed: true, owner: w.owner, kind: kind,
+				dec.saw = sighting{valid: true, first: true, handed: true, owner: w.owner, kind: kind, key: key,
 					events: atomic.LoadUint64(d.word(eventsOffset))}
 			}
 			return dec

@@ -1348,3 +1348,36 @@ func TestCutPromotionForAnUncalledConnectionLeavesTheRegisterToAMarker(t *testin
 		}
 	}
 }
+
+// TestFollowingAnOverrunLeavesTheRegisterToAnotherInstanceAtTheSwap: the
+// take that makes the roles follow a takeover by one of the instance's
+// connections (ownAfterOverrun) finds another instance's connection
+// holding the register: that instance claimed back in order after
+// ownAfterOverrun checked (the demo, mode exit-stop, -faults 10 -seed 60).
+// The take leaves it. A register still named by one of the instance's own
+// connections, closed since, moves to its newest as before.
+func TestFollowingAnOverrunLeavesTheRegisterToAnotherInstanceAtTheSwap(t *testing.T) {
+	const kind = 1 << 3
+	for _, ownClosed := range []bool{false, true} {
+		d, other, older := newCutForTest(t, kind)
+		mine := d.newConnTag()
+		c := coordForCutTest(d, mine, kind)
+		owner := other
+		if ownClosed {
+			c.dropped[older] = true // this instance's, closed
+			owner = older
+		}
+		putCut(d, cutWord{owner: owner, ownerSeen: true, key: 2, acted: true})
+		c.followingOverrun = true
+		c.mu.Lock()
+		taken := c.moveCutLocked(false, true)
+		c.mu.Unlock()
+		w, _, _ := d.readCut()
+		if !ownClosed && (w.owner != other || taken.inDoubt || taken.marked) {
+			t.Fatalf("following an overrun, the take moved the register from another instance: %+v, %+v", w, taken)
+		}
+		if ownClosed && w.owner != mine {
+			t.Fatalf("following an overrun, the take left the register with this instance's closed connection: %+v", w)
+		}
+	}
+}
