@@ -140,7 +140,9 @@ func (c *Coordinator) report(o Outcome, since time.Time) {
 // outside an event is bounded (by a request, the coordinator's life or the
 // leave timeout), so an author's handler that never returns cannot hang a
 // stop. mu guards the fields below it and is always taken after events,
-// never before.
+// never before; the directory's genMu (Dir) is taken after mu, never
+// before (Decide holds mu around the register's decision, takeCutLocked
+// around its moves).
 type Coordinator struct {
 	cfg  Config
 	self *api.Instance

@@ -106,17 +106,23 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	if c.cfg.Dir.LayoutErr() != nil {
 		return Decision{} // a page it does not speak: it never acts (see ErrPageLayout)
 	}
+	// One critical section around the register's decision: mu is taken
+	// before the directory's genMu (as takeCutLocked does), and decide
+	// takes no lock of the coordinator's and waits for nothing (gone is a
+	// poll with no wait). So the sighting a call leaves and the register
+	// it read move together, and an event takes mu once.
 	c.mu.Lock()
+	events, live := c.conns[tag]
 	prev, called := c.sightings[tag] // called: the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: prev, releaser: tag == c.releasedTag, gone: gone}
-	c.mu.Unlock()
+		events: events, prev: prev, releaser: tag == c.releasedTag, gone: gone}
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
-	c.mu.Lock()
-	if _, ok := c.conns[tag]; ok {
+	if live {
 		d.saw.firstCall = !called
-		c.sightings[tag] = d.saw
+		if !called || d.saw != prev {
+			c.sightings[tag] = d.saw // (an owner's sighting stays the zero one: not written again)
+		}
 	}
 	if (d.Promoted || d.Act) && tag == c.gapHeir {
 		// An heir that claimed when no connection acted, or a connection
