@@ -23,13 +23,41 @@ import (
 //   - A claim whose author Synchronize fails gives the register back as it
 //     was; the owner never stopped acting.
 
+// connState is what the coordinator knows of one of its runtime
+// connections (Coordinator.conns; guarded by mu). One record per
+// connection, so that an event looks its connection up once.
+type connState struct {
+	events uint64   // the events it subscribes to (1<<event kind)
+	called bool     // the runtime called it for an event (saw is set)
+	saw    sighting // what it saw at its last event (see decide)
+}
+
+// connEventsLocked returns the events connection tag subscribes to (0 for
+// a connection that is not this instance's); call with mu.
+func (c *Coordinator) connEventsLocked(tag uint16) uint64 {
+	if cs := c.conns[tag]; cs != nil {
+		return cs.events
+	}
+	return 0
+}
+
+// sightingLocked returns what connection tag saw at its last event, and
+// whether the runtime has called it for one (a closed connection's is
+// forgotten); call with mu.
+func (c *Coordinator) sightingLocked(tag uint16) (sighting, bool) {
+	if cs := c.conns[tag]; cs != nil {
+		return cs.saw, cs.called
+	}
+	return sighting{}, false
+}
+
 // Conn registers a runtime connection of this instance that subscribes to
 // events (a bit mask, 1<<event kind) and returns its tag for ClaimConn,
 // Decide and Finish.
 func (c *Coordinator) Conn(events uint64) uint16 {
 	tag := c.cfg.Dir.newConnTag()
 	c.mu.Lock()
-	c.conns[tag] = events
+	c.conns[tag] = &connState{events: events}
 	c.mu.Unlock()
 	return tag
 }
@@ -55,8 +83,7 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 		}
 		c.dropped[tag] = true
 	}
-	delete(c.conns, tag)
-	delete(c.sightings, tag)
+	delete(c.conns, tag) // and its sighting
 	var gap cutTaken
 	if tag == c.gapHeir {
 		// Promoted before it was in the runtime's chain, it closed before
@@ -112,17 +139,20 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	// poll with no wait). So the sighting a call leaves and the register
 	// it read move together, and an event takes mu once.
 	c.mu.Lock()
-	events, live := c.conns[tag]
-	prev, called := c.sightings[tag] // called: the runtime called tag for an event before
+	cs := c.conns[tag] // nil: not a live connection of this instance's
+	var prev sighting
+	called := false // the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: events, prev: prev, releaser: tag == c.releasedTag, gone: gone}
+		releaser: tag == c.releasedTag, gone: gone}
+	if cs != nil {
+		prev, called, me.events = cs.saw, cs.called, cs.events
+		me.prev = prev
+	}
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
-	if live {
+	if cs != nil {
 		d.saw.firstCall = !called
-		if !called || d.saw != prev {
-			c.sightings[tag] = d.saw // (an owner's sighting stays the zero one: not written again)
-		}
+		cs.saw, cs.called = d.saw, true
 	}
 	if (d.Promoted || d.Act) && tag == c.gapHeir {
 		// An heir that claimed when no connection acted, or a connection
@@ -385,7 +415,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 		return t
 	}
 	tag := t.tag
-	events := c.conns[tag]
+	events := c.connEventsLocked(tag)
 	// A claim made inside a Synchronize is for a connection the runtime
 	// has not appended yet: it becomes heir, whoever owns the register.
 	inSync := c.claimTag == tag
@@ -476,7 +506,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 			// becomeOwner's holdEvents).
 			if w.unrecorded && w.owner != 0 {
 				t.marked = true
-				if s := c.sightings[tag]; s.valid && s.first && s.owner == w.owner && s.events == recorded {
+				if s, _ := c.sightingLocked(tag); s.valid && s.first && s.owner == w.owner && s.events == recorded {
 					t.markKey = s.key
 				}
 			}
@@ -508,7 +538,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 		actor = t.prev.heir
 	}
 	if _, live := c.conns[actor]; outright && !heir && actor != 0 && !live {
-		if _, called := c.sightings[tag]; called {
+		if _, called := c.sightingLocked(tag); called {
 			t.gapSince = c.cfg.Dir.lastActed()
 			c.gapHeir = 0 // declared here, not again when it acts
 		} else {
@@ -532,7 +562,7 @@ func (c *Coordinator) promotionFindsTakerLocked(owner uint16) bool {
 	if _, mine := c.conns[owner]; mine || owner == 0 {
 		return false
 	}
-	saw := c.sightings[c.mainTag]
+	saw, _ := c.sightingLocked(c.mainTag)
 	return saw.valid && saw.owner != 0 && owner != saw.owner
 }
 
@@ -716,7 +746,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		}
 		if promoted {
 			c.mu.Lock()
-			d.setOwnerEvents(tag, c.conns[tag])
+			d.setOwnerEvents(tag, c.connEventsLocked(tag))
 			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
 			if declare {
@@ -813,8 +843,8 @@ func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
 		return
 	}
 	c.mu.Lock()
-	if _, ok := c.conns[tag]; ok {
-		c.conns[tag] = events
+	if cs := c.conns[tag]; cs != nil {
+		cs.events = events
 	}
 	c.mu.Unlock()
 }
