@@ -177,11 +177,14 @@ type Coordinator struct {
 	heirFrom          string          // the instance an heir's claim was granted by ("": none, or this one)
 	successorLeaving  bool            // the instance this one yielded to is stopping
 	claimHeirEvents   uint64          // the heir mask the claim in progress replaced
-	releasedTag       uint16          // the connection that released the register when this instance left (see caller.releaser)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
-	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
-	gaps       atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
+	// releasedTag is the connection that released the register when this
+	// instance left (see caller.releaser): stored by releaseCut, read by
+	// Decide and, with no lock, by Finish at every event.
+	releasedTag atomic.Uint32
+	inDoubt     atomic.Uint64 // events a dead owner was inside of when this instance took over
+	gaps        atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last

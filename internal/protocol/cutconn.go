@@ -143,7 +143,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	var prev sighting
 	called := false // the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		releaser: tag == c.releasedTag, gone: gone}
+		releaser: uint32(tag) == c.releasedTag.Load(), gone: gone}
 	if cs != nil {
 		prev, called, me.events = cs.saw, cs.called, cs.events
 		me.prev = prev
@@ -350,10 +350,7 @@ func (c *Coordinator) cutMoved(tag uint16, promoted bool) {
 // returned.
 func (c *Coordinator) Finish(tag uint16, key uint32) {
 	c.cfg.Dir.finish(tag, key)
-	c.mu.Lock()
-	releaser := tag != 0 && tag == c.releasedTag
-	c.mu.Unlock()
-	if releaser {
+	if tag != 0 && uint32(tag) == c.releasedTag.Load() {
 		c.releaseCut() // it took the register back for this event
 	}
 }
@@ -902,8 +899,6 @@ func (c *Coordinator) releaseCut() {
 		return true
 	})
 	if released != 0 {
-		c.mu.Lock()
-		c.releasedTag = released
-		c.mu.Unlock()
+		c.releasedTag.Store(uint32(released))
 	}
 }
