@@ -160,11 +160,34 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		gap.gapSince, c.gapHeir = c.gapSince, 0
 	}
 	c.mu.Unlock()
-	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
+	// Anything but a plain act, skip or hand-over (each of these flags,
+	// or a gap ending at this act) is followed up apart.
+	if d.Promoted || d.took || d.Overrun || d.unrecorded || d.heirUnseen || d.unseenMark || !gap.gapSince.IsZero() {
+		c.afterTakeover(tag, key, &d, me.releaser, called, prev, gap)
+	}
+	// The first act of a connection: it was promoted now, or its
+	// predecessor handed over to it at this event.
+	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
+	if first {
+		c.lastActing.Store(uint32(tag))
+	}
+	if first || d.HandedOver {
+		c.cutMoved(tag, !d.HandedOver)
+	}
+	return d
+}
+
+// afterTakeover follows up a decision of Decide's at connection tag that
+// took the register or declared something (see there): the gap since the
+// last act and the events in doubt are declared, and the control plane
+// follows a takeover. releaser, called and prev are the caller's as
+// Decide saw them; gap is the gap Decide found ending at this act.
+func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, releaser, called bool, prev sighting, gap cutTaken) {
+	if (d.Promoted || d.took) && !releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
 		// The owner it took from had no connection: nobody acted since.
 		gap.gapSince = d.actedSince
 	}
-	if fresh := d.Overrun && !d.skippedOwner && !d.InDoubt && !called || d.skippedOwner && prev.firstCall; fresh && !me.releaser && gap.gapSince.IsZero() {
+	if fresh := d.Overrun && !d.skippedOwner && !d.InDoubt && !called || d.skippedOwner && prev.firstCall; fresh && !releaser && gap.gapSince.IsZero() {
 		// A takeover by a connection that was not in the runtime's chain
 		// before the owner stopped acting: rule 3 at its first call, for
 		// another event than the one the owner overran (once appended it
@@ -182,7 +205,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		gap.gapSince = d.actedSince
 	}
 	c.reportInDoubt(gap)
-	if d.unrecorded && gap.gapSince.IsZero() && !d.Overrun && !me.releaser {
+	if d.unrecorded && gap.gapSince.IsZero() && !d.Overrun && !releaser {
 		// (Rules 3 and 4 declare the window from the recorded event on,
 		// which holds the marked one; a releaser takes back an event nobody
 		// took, see caller.releaser.)
@@ -196,7 +219,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		}
 	}
 	switch {
-	case d.took && me.releaser:
+	case d.took && releaser:
 		// Back for an event nobody took; given up again at Finish.
 		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
 	case d.heirUnseen:
@@ -223,7 +246,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 				Warn("in doubt: the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
 			c.countInDoubt()
 		}
-		c.tookOverFromOverrun(tag, d)
+		c.tookOverFromOverrun(tag, *d)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
 			Warn("in doubt: this event has the key of the one the previous owner acted on last, before this connection took over unseen (the owner left, or the register was taken from it)")
@@ -237,16 +260,6 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		c.countInDoubt()
 		c.catchUp()
 	}
-	// The first act of a connection: it was promoted now, or its
-	// predecessor handed over to it at this event.
-	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
-	if first {
-		c.lastActing.Store(uint32(tag))
-	}
-	if first || d.HandedOver {
-		c.cutMoved(tag, !d.HandedOver)
-	}
-	return d
 }
 
 // tookOverFromOverrun follows a takeover of the register from a connection
