@@ -448,35 +448,49 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 	}
 	at, w, free, sum := t.find(k, id)
 	if at < 0 {
-		if to == Removed {
-			return Slot{} // nothing recorded to remove
-		}
-		if free < 0 || len(id) > maxID || len(pod) > maxID {
-			t.overflow()
-			return Slot{}
-		}
-		t.setIDs(free, id, pod)
-		_, spod := t.ids(free) // (the id written is id: sum is over it)
-		nw := t.withSeq(makeWord(k, Unknown, to, sumPod(sum, spod)))
-		atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
-		return Slot{i: free, word: nw}
+		return t.beginNew(k, id, pod, to, free, sum)
 	}
 	if w&lateBit != 0 && to != Unknown && wordState(w) >= to {
-		// A catch-up handed this change (or a later one) already.
-		if wordState(w) != to {
-			return Slot{handed: true}
-		}
-		nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
-		if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
-			return Slot{handed: true}
-		}
-		return Slot{i: at, word: nw, handed: true}
+		return t.beginHanded(at, w, to)
 	}
 	nw := t.withSeq(w&^(15<<8) | uint64(to&15)<<8)
 	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
 		return Slot{}
 	}
 	return Slot{i: at, word: nw}
+}
+
+// beginNew is Begin for an object the record does not hold: inserted in
+// slot free (its probe path's first free slot, -1 if none), sum being
+// sumID(k, id). Call with mu.
+func (t *Table) beginNew(k Kind, id, pod string, to State, free int, sum uint32) Slot {
+	if to == Removed {
+		return Slot{} // nothing recorded to remove
+	}
+	if free < 0 || len(id) > maxID || len(pod) > maxID {
+		t.overflow()
+		return Slot{}
+	}
+	t.setIDs(free, id, pod)
+	_, spod := t.ids(free) // (the id written is id: sum is over it)
+	nw := t.withSeq(makeWord(k, Unknown, to, sumPod(sum, spod)))
+	atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
+	return Slot{i: free, word: nw}
+}
+
+// beginHanded is Begin for the change to of the entry in slot at (word
+// w) that a catch-up handed (w is late, its state to or later): reported
+// handed. Call with mu.
+func (t *Table) beginHanded(at int, w uint64, to State) Slot {
+	// A catch-up handed this change (or a later one) already.
+	if wordState(w) != to {
+		return Slot{handed: true}
+	}
+	nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
+	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
+		return Slot{handed: true}
+	}
+	return Slot{i: at, word: nw, handed: true}
 }
 
 // EndLate is End for a change a catch-up handed: the entry is marked
