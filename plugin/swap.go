@@ -410,7 +410,20 @@ type watchedSocket struct {
 	// service's stream (see unanswered).
 	in                muxFramer
 	requests, answers atomic.Uint64
+	// ahead is what one read of the socket brought beyond what the stub
+	// asked for (the multiplexer reads a frame's header, then its
+	// payload): ahead, a part of aheadBuf, is handed to the stub first,
+	// then aheadErr. Read by the multiplexer's one reader goroutine only,
+	// as in.
+	ahead    []byte
+	aheadErr error
+	aheadBuf [readAhead]byte
 }
+
+// readAhead is how much Read asks of the socket for a read of less: a
+// frame's header and, if it has arrived, its payload (an event's request
+// is a few hundred bytes to a few KiB), with one system call.
+const readAhead = 4096
 
 // pluginFrames returns how many frames the stub has written on the plugin
 // service's stream (its answers to the runtime's requests).
@@ -437,8 +450,38 @@ func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
+// A read of less than readAhead bytes reads up to readAhead from the
+// socket and keeps the rest for the next reads (the stub gets the same
+// bytes in the same order; in counts them as the stub gets them).
 func (w *watchedSocket) Read(b []byte) (int, error) {
+	if len(w.ahead) == 0 && len(b) < readAhead {
+		n, err := w.UnixConn.Read(w.aheadBuf[:])
+		if n == 0 {
+			return w.read(nil, n, err)
+		}
+		w.ahead = w.aheadBuf[:n]
+		if err != nil {
+			// (A socket's read returns no error with data; kept for the
+			// next read, as a reader would get it.)
+			w.aheadErr = err
+		}
+	}
+	if len(w.ahead) > 0 {
+		n := copy(b, w.ahead)
+		w.ahead = w.ahead[n:]
+		if len(w.ahead) == 0 && w.aheadErr != nil {
+			err := w.aheadErr
+			w.aheadErr = nil
+			return w.read(b, n, err)
+		}
+		return w.read(b, n, nil)
+	}
 	n, err := w.UnixConn.Read(b)
+	return w.read(b, n, err)
+}
+
+// read notes what a Read hands the stub: n bytes of b, and err.
+func (w *watchedSocket) read(b []byte, n int, err error) (int, error) {
 	if n > 0 {
 		w.in.feed(b[:n])
 	}
