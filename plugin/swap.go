@@ -450,11 +450,12 @@ func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
-// A read of less than readAhead bytes reads up to readAhead from the
-// socket and keeps the rest for the next reads (the stub gets the same
-// bytes in the same order; in counts them as the stub gets them).
+// A read of less than readAhead bytes (and more than none) reads up to
+// readAhead from the socket and keeps the rest for the next reads (the
+// stub gets the same bytes in the same order; in counts them as the stub
+// gets them).
 func (w *watchedSocket) Read(b []byte) (int, error) {
-	if len(w.ahead) == 0 && len(b) < readAhead {
+	if len(w.ahead) == 0 && len(b) > 0 && len(b) < readAhead {
 		n, err := w.UnixConn.Read(w.aheadBuf[:])
 		if n == 0 {
 			return w.read(nil, n, err)

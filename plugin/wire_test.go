@@ -144,3 +144,19 @@ func TestReadAheadHandsTheSameBytes(t *testing.T) {
 		t.Fatal("the stub read other bytes than the runtime wrote")
 	}
 }
+
+// TestReadAheadEmptyRead: a read of nothing returns at once, as the
+// socket's does, with nothing sent.
+func TestReadAheadEmptyRead(t *testing.T) {
+	w, _ := socketPair(t)
+	done := make(chan struct{})
+	go func() {
+		w.Read(nil)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read of nothing waited for data")
+	}
+}
