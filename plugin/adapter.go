@@ -828,8 +828,7 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		// that reached nobody meanwhile. The runtime drops the connection
 		// for it; whoever takes the register next declares the event (in
 		// doubt, or in the gap since the act before).
-		p.log.WithFields(logrus.Fields{"event": event.String(), "object": id}).
-			Warn("the runtime gave up on this request before its handler started; not acting on it")
+		p.gaveUp(event, id)
 	} else if !a.closed.Load() && a.tag != 0 {
 		if old := a.retiring.Load(); old != nil && old.adapter.runtimeClosed() {
 			// The connection this one replaces was dropped by the runtime
@@ -861,6 +860,13 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 		p.skip(event, id, role)
 	}
 	return t
+}
+
+// gaveUp logs a request the runtime gave up on before its handler started
+// (see begin). Apart from begin, whose common path stays short.
+func (p *Plugin) gaveUp(event eventKind, id string) {
+	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id}).
+		Warn("the runtime gave up on this request before its handler started; not acting on it")
 }
 
 // runtimeClosed reports whether the runtime has closed this connection's

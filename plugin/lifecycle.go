@@ -123,10 +123,17 @@ func (t turn) record(ev eventKind, id, pod string) (r recording, skip bool) {
 		return recording{}, true
 	}
 	if s.Handed() {
-		t.a.p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
-			Info("a catch-up handed this lifecycle change to the author already; not handing it again")
+		t.a.p.handedBefore(ev, id)
 	}
 	return recording{rec: rec, slot: s}, s.Handed()
+}
+
+// handedBefore logs a lifecycle change that a catch-up handed to the
+// author already (see turn.record). Apart from record, whose common path
+// stays short.
+func (p *Plugin) handedBefore(ev eventKind, id string) {
+	p.log.WithFields(logrus.Fields{"event": ev.String(), "object": id}).
+		Info("a catch-up handed this lifecycle change to the author already; not handing it again")
 }
 
 // recording is a change turn.record began in the lifecycle record; the

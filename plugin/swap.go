@@ -381,6 +381,12 @@ func (p *Plugin) closeQuietly(c *conn) {
 // end the runtime's request client (endAtRuntime). It follows the
 // multiplexer's framing of what the stub writes, so that a frame of its
 // own goes in between two of the stub's.
+//
+// The multiplexer writes a frame as two writes, its header and then its
+// payload, under its own write lock. The header is held back and goes out
+// with the payload in one system call (writeHeld): the same bytes in the
+// same order, one write instead of two, and the runtime reads the frame
+// at once instead of waking for the header alone.
 type watchedSocket struct {
 	*net.UnixConn
 	peerClosed chan struct{}
@@ -390,6 +396,13 @@ type watchedSocket struct {
 	framer   muxFramer     // the stub's frames written so far
 	boundary chan struct{} // closed at the end of the stub's frame in progress
 	sealed   bool          // the runtime's client was ended: write nothing more
+	// held: hdr is a frame header the stub wrote and that is not sent
+	// yet (see writeHeld); out is the vector that sends it, empty between
+	// writes.
+	held bool
+	hdr  [muxHeaderLen]byte
+	out  net.Buffers
+	vec  [2][]byte
 
 	// in follows what the runtime writes (read by the multiplexer's one
 	// reader goroutine only); requests and answers count the runtime's
@@ -397,7 +410,20 @@ type watchedSocket struct {
 	// service's stream (see unanswered).
 	in                muxFramer
 	requests, answers atomic.Uint64
+	// ahead is what one read of the socket brought beyond what the stub
+	// asked for (the multiplexer reads a frame's header, then its
+	// payload): ahead, a part of aheadBuf, is handed to the stub first,
+	// then aheadErr. Read by the multiplexer's one reader goroutine only,
+	// as in.
+	ahead    []byte
+	aheadErr error
+	aheadBuf [readAhead]byte
 }
+
+// readAhead is how much Read asks of the socket for a read of less: a
+// frame's header and, if it has arrived, its payload (an event's request
+// is a few hundred bytes to a few KiB), with one system call.
+const readAhead = 4096
 
 // pluginFrames returns how many frames the stub has written on the plugin
 // service's stream (its answers to the runtime's requests).
@@ -424,8 +450,39 @@ func newWatchedSocket(conn *net.UnixConn) *watchedSocket {
 }
 
 // Read reads as the socket does and notes the end of the runtime's side.
+// A read of less than readAhead bytes (and more than none) reads up to
+// readAhead from the socket and keeps the rest for the next reads (the
+// stub gets the same bytes in the same order; in counts them as the stub
+// gets them).
 func (w *watchedSocket) Read(b []byte) (int, error) {
+	if len(w.ahead) == 0 && len(b) > 0 && len(b) < readAhead {
+		n, err := w.UnixConn.Read(w.aheadBuf[:])
+		if n == 0 {
+			return w.read(nil, n, err)
+		}
+		w.ahead = w.aheadBuf[:n]
+		if err != nil {
+			// (A socket's read returns no error with data; kept for the
+			// next read, as a reader would get it.)
+			w.aheadErr = err
+		}
+	}
+	if len(w.ahead) > 0 {
+		n := copy(b, w.ahead)
+		w.ahead = w.ahead[n:]
+		if len(w.ahead) == 0 && w.aheadErr != nil {
+			err := w.aheadErr
+			w.aheadErr = nil
+			return w.read(b, n, err)
+		}
+		return w.read(b, n, nil)
+	}
 	n, err := w.UnixConn.Read(b)
+	return w.read(b, n, err)
+}
+
+// read notes what a Read hands the stub: n bytes of b, and err.
+func (w *watchedSocket) read(b []byte, n int, err error) (int, error) {
 	if n > 0 {
 		w.in.feed(b[:n])
 	}
@@ -485,19 +542,53 @@ func (w *watchedSocket) peerGone() bool {
 // client was ended.
 var errSealed = errors.New("runtime connection ended by the harness")
 
-// Write writes as the socket does, noting where the stub's frames end.
+// Write writes as the socket does, noting where the stub's frames end. A
+// frame's header (8 bytes at a frame boundary, announcing a payload) is
+// held back until the payload's write (see writeHeld).
 func (w *watchedSocket) Write(b []byte) (int, error) {
 	w.sem <- struct{}{}
 	defer func() { <-w.sem }()
 	if w.sealed {
 		return 0, errSealed
 	}
+	if w.held {
+		return w.writeHeld(b)
+	}
+	if len(b) == muxHeaderLen && w.framer.atBoundary() && binary.BigEndian.Uint32(b[4:8]) > 0 {
+		copy(w.hdr[:], b)
+		w.held = true
+		return len(b), nil
+	}
 	n, err := w.UnixConn.Write(b)
-	if w.framer.feed(b[:n]) && w.boundary != nil {
+	w.wrote(b[:n])
+	return n, err
+}
+
+// writeHeld sends the held header and b, its frame's payload (the
+// multiplexer's next write), in one system call, and reports how much of
+// b was written. A write that fails part way, even within the header,
+// leaves a connection the runtime has ended (a unix socket's write fails
+// only then, or past endAtRuntime's deadline, after which nothing is
+// written). Call with sem held.
+func (w *watchedSocket) writeHeld(b []byte) (int, error) {
+	w.held = false
+	w.vec = [2][]byte{w.hdr[:], b}
+	w.out = w.vec[:]
+	sent, err := w.out.WriteTo(w.UnixConn) // writev(2)
+	w.vec, w.out = [2][]byte{}, nil        // (b is the caller's)
+	n := int(sent)
+	w.wrote(w.hdr[:min(n, muxHeaderLen)])
+	n = max(0, n-muxHeaderLen)
+	w.wrote(b[:n])
+	return n, err
+}
+
+// wrote follows bytes the stub's writes sent; call with sem held.
+func (w *watchedSocket) wrote(b []byte) {
+	if w.framer.feed(b) && w.boundary != nil {
 		close(w.boundary)
 		w.boundary = nil
 	}
-	return n, err
 }
 
 // endAtRuntime sends the runtime a frame that ends its request client for
@@ -530,7 +621,7 @@ func (w *watchedSocket) endAtRuntime(after uint64, timeout time.Duration) error 
 			<-w.sem
 			return errors.New("already ended")
 		}
-		if w.framer.atBoundary() && (after == 0 || w.framer.plugin > after) {
+		if w.framer.atBoundary() && !w.held && (after == 0 || w.framer.plugin > after) {
 			break
 		}
 		if w.boundary == nil {

@@ -27,3 +27,20 @@ func TestChecksumIsFNV1a(t *testing.T) {
 		}
 	}
 }
+
+// TestHashKeyIsHomeAndChecksum: find's one pass over an id gives the home
+// slot and the checksum's start that home and checksum compute apart.
+func TestHashKeyIsHomeAndChecksum(t *testing.T) {
+	long := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, id := range []string{"", "ctr-1", long} {
+		for _, k := range []Kind{Container, Pod} {
+			at, sum := hashKey(k, id, DefaultSlots)
+			if want := home(k, id, DefaultSlots); at != want {
+				t.Fatalf("kind %v, id %q: home %d, want %d", k, id, at, want)
+			}
+			if got, want := sumPod(sum, []byte("pod-1")), checksum(k, []byte(id), []byte("pod-1")); got != want {
+				t.Fatalf("kind %v, id %q: checksum %d, want %d", k, id, got, want)
+			}
+		}
+	}
+}

@@ -345,16 +345,27 @@ func (t *Table) setIDs(i int, id, pod string) {
 }
 
 func checksum(k Kind, id, pod []byte) uint32 {
-	// FNV-1a (32 bits) of the kind's byte, id, a zero byte and pod, inline:
-	// the values of hash/fnv's, without its interface calls per event.
-	const prime = 16777619
-	s := (uint32(2166136261) ^ uint32(byte(k))) * prime
-	for _, b := range id {
-		s = (s ^ uint32(b)) * prime
+	return sumPod(sumID(k, id), pod)
+}
+
+// The slot checksum is FNV-1a (32 bits) of the kind's byte, id, a zero byte
+// and pod, folded to 16 bits (never 0), inline: the values of hash/fnv's,
+// without its interface calls per event. sumID is its state after the
+// kind and id, sumPod the checksum from there.
+const sumPrime = 16777619
+
+func sumID[T string | []byte](k Kind, id T) uint32 {
+	s := (uint32(2166136261) ^ uint32(byte(k))) * sumPrime
+	for i := 0; i < len(id); i++ {
+		s = (s ^ uint32(id[i])) * sumPrime
 	}
-	s *= prime // the zero byte
+	return s
+}
+
+func sumPod(s uint32, pod []byte) uint32 {
+	s *= sumPrime // the zero byte
 	for _, b := range pod {
-		s = (s ^ uint32(b)) * prime
+		s = (s ^ uint32(b)) * sumPrime
 	}
 	s = (s ^ s>>16) & 0xffff
 	if s == 0 {
@@ -363,20 +374,41 @@ func checksum(k Kind, id, pod []byte) uint32 {
 	return s
 }
 
+// The home slot is FNV-1a (64 bits) of the kind's byte and id, modulo the
+// number of slots.
+const (
+	homeOffset = 14695981039346656037
+	homePrime  = 1099511628211
+)
+
 func home(k Kind, id string, n int) int {
-	var h uint64 = 14695981039346656037
-	h = (h ^ uint64(k)) * 1099511628211
+	h := (uint64(homeOffset) ^ uint64(k)) * homePrime
 	for i := 0; i < len(id); i++ {
-		h = (h ^ uint64(id[i])) * 1099511628211
+		h = (h ^ uint64(id[i])) * homePrime
 	}
 	return int(h % uint64(n))
 }
 
+// hashKey is home and sumID of (k, id) in one pass over id: the two
+// hashes' multiplications do not wait for each other, so together they
+// take about the time of one (an event's Begin needs both).
+func hashKey(k Kind, id string, n int) (at int, sum uint32) {
+	h := (uint64(homeOffset) ^ uint64(k)) * homePrime
+	s := (uint32(2166136261) ^ uint32(byte(k))) * sumPrime
+	for i := 0; i < len(id); i++ {
+		b := id[i]
+		h = (h ^ uint64(b)) * homePrime
+		s = (s ^ uint32(b)) * sumPrime
+	}
+	return int(h % uint64(n)), s
+}
+
 // find returns the slot of (k, id) and its word, or -1; free is the first
-// deleted or empty slot on its probe path (-1 if none). Call with mu.
-func (t *Table) find(k Kind, id string) (at int, w uint64, free int) {
+// deleted or empty slot on its probe path (-1 if none); sum is sumID(k,
+// id), for the checksum of an entry inserted for it. Call with mu.
+func (t *Table) find(k Kind, id string) (at int, w uint64, free int, sum uint32) {
 	free = -1
-	i := home(k, id, t.slots)
+	i, sum := hashKey(k, id, t.slots)
 	for p := 0; p < maxProbe && p < t.slots; p++ {
 		w := atomic.LoadUint64(t.word(i))
 		switch {
@@ -384,22 +416,23 @@ func (t *Table) find(k Kind, id string) (at int, w uint64, free int) {
 			if free < 0 {
 				free = i
 			}
-			return -1, 0, free
+			return -1, 0, free, sum
 		case w == wordDeleted:
 			if free < 0 {
 				free = i
 			}
 		case wordKind(w) == k:
 			sid, spod := t.ids(i)
-			if string(sid) == id && wordSum(w) == checksum(k, sid, spod) {
-				return i, w, free
+			// (sid is id: the checksum's start over it is sum.)
+			if string(sid) == id && wordSum(w) == sumPod(sum, spod) {
+				return i, w, free, sum
 			}
 		}
 		if i++; i == t.slots {
 			i = 0
 		}
 	}
-	return -1, 0, free
+	return -1, 0, free, sum
 }
 
 // overflow counts an object that found no slot.
@@ -420,37 +453,51 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 	if t.mem == nil {
 		return Slot{closed: true}
 	}
-	at, w, free := t.find(k, id)
+	at, w, free, sum := t.find(k, id)
 	if at < 0 {
-		if to == Removed {
-			return Slot{} // nothing recorded to remove
-		}
-		if free < 0 || len(id) > maxID || len(pod) > maxID {
-			t.overflow()
-			return Slot{}
-		}
-		t.setIDs(free, id, pod)
-		sid, spod := t.ids(free)
-		nw := t.withSeq(makeWord(k, Unknown, to, checksum(k, sid, spod)))
-		atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
-		return Slot{i: free, word: nw}
+		return t.beginNew(k, id, pod, to, free, sum)
 	}
 	if w&lateBit != 0 && to != Unknown && wordState(w) >= to {
-		// A catch-up handed this change (or a later one) already.
-		if wordState(w) != to {
-			return Slot{handed: true}
-		}
-		nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
-		if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
-			return Slot{handed: true}
-		}
-		return Slot{i: at, word: nw, handed: true}
+		return t.beginHanded(at, w, to)
 	}
 	nw := t.withSeq(w&^(15<<8) | uint64(to&15)<<8)
 	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
 		return Slot{}
 	}
 	return Slot{i: at, word: nw}
+}
+
+// beginNew is Begin for an object the record does not hold: inserted in
+// slot free (its probe path's first free slot, -1 if none), sum being
+// sumID(k, id). Call with mu.
+func (t *Table) beginNew(k Kind, id, pod string, to State, free int, sum uint32) Slot {
+	if to == Removed {
+		return Slot{} // nothing recorded to remove
+	}
+	if free < 0 || len(id) > maxID || len(pod) > maxID {
+		t.overflow()
+		return Slot{}
+	}
+	t.setIDs(free, id, pod)
+	_, spod := t.ids(free) // (the id written is id: sum is over it)
+	nw := t.withSeq(makeWord(k, Unknown, to, sumPod(sum, spod)))
+	atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
+	return Slot{i: free, word: nw}
+}
+
+// beginHanded is Begin for the change to of the entry in slot at (word
+// w) that a catch-up handed (w is late, its state to or later): reported
+// handed. Call with mu.
+func (t *Table) beginHanded(at int, w uint64, to State) Slot {
+	// A catch-up handed this change (or a later one) already.
+	if wordState(w) != to {
+		return Slot{handed: true}
+	}
+	nw := t.withSeq(w&^(lateBit|15<<8) | uint64(to&15)<<8)
+	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
+		return Slot{handed: true}
+	}
+	return Slot{i: at, word: nw, handed: true}
 }
 
 // EndLate is End for a change a catch-up handed: the entry is marked
@@ -524,7 +571,7 @@ func (t *Table) Resolve(k Kind, id string) bool {
 	if t.mem == nil {
 		return false
 	}
-	at, w, _ := t.find(k, id)
+	at, w, _, _ := t.find(k, id)
 	if at < 0 || wordPending(w) == Unknown {
 		return false
 	}
@@ -545,7 +592,7 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 	if t.mem == nil {
 		return false
 	}
-	at, w, free := t.find(k, id)
+	at, w, free, sum := t.find(k, id)
 	if at < 0 {
 		if st == Removed {
 			return true
@@ -555,8 +602,8 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 			return false
 		}
 		t.setIDs(free, id, pod)
-		sid, spod := t.ids(free)
-		atomic.StoreUint64(t.word(free), t.withSeq(makeWord(k, st, Unknown, checksum(k, sid, spod))))
+		_, spod := t.ids(free) // (the id written is id: sum is over it)
+		atomic.StoreUint64(t.word(free), t.withSeq(makeWord(k, st, Unknown, sumPod(sum, spod))))
 		return true
 	}
 	if st != Removed && wordState(w) >= st {

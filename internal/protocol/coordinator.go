@@ -140,7 +140,9 @@ func (c *Coordinator) report(o Outcome, since time.Time) {
 // outside an event is bounded (by a request, the coordinator's life or the
 // leave timeout), so an author's handler that never returns cannot hang a
 // stop. mu guards the fields below it and is always taken after events,
-// never before.
+// never before; the directory's genMu (Dir) is taken after mu, never
+// before (Decide holds mu around the register's decision, takeCutLocked
+// around its moves).
 type Coordinator struct {
 	cfg  Config
 	self *api.Instance
@@ -160,29 +162,31 @@ type Coordinator struct {
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
 	changed      chan struct{} // closed and replaced on every change of the fields above
-	// conns are this instance's runtime connections (tag -> the events it
-	// subscribes to); claimTag is the connection a claim in progress is
-	// made for, mainTag the last one that claimed: a promotion outside a
-	// Synchronize takes the cut for it (see cutconn.go).
-	conns             map[uint16]uint64
+	// conns are this instance's runtime connections (see connState);
+	// claimTag is the connection a claim in progress is made for, mainTag
+	// the last one that claimed: a promotion outside a Synchronize takes
+	// the cut for it (see cutconn.go).
+	conns             map[uint16]*connState
 	claimTag, mainTag uint16
-	claimCut          cutWord             // the register before the claim in progress moved it
-	claimCutTag       uint16              // the connection it moved it for (0: not moved)
-	heirOfNobody      uint16              // an heir that claimed with no live owner
-	gapHeir           uint16              // an heir that claimed when the register's owner did not act
-	gapSince          time.Time           // and since when no connection acted then
-	dropped           map[uint16]bool     // this instance's connections that closed (the last few)
-	heirFrom          string              // the instance an heir's claim was granted by ("": none, or this one)
-	successorLeaving  bool                // the instance this one yielded to is stopping
-	claimHeirEvents   uint64              // the heir mask the claim in progress replaced
-	sightings         map[uint16]sighting // per connection, what it saw at its last event (see decide); absent: never called
-	releasedTag       uint16              // the connection that released the register when this instance left (see caller.releaser)
-	promotingFrom     loss                // of a promotion in progress: the register as the loss was seen (see promoteIfOrphaned)
-	followingOverrun  bool                // an ownAfterOverrun in progress (see moveCutLocked)
+	claimCut          cutWord         // the register before the claim in progress moved it
+	claimCutTag       uint16          // the connection it moved it for (0: not moved)
+	heirOfNobody      uint16          // an heir that claimed with no live owner
+	gapHeir           uint16          // an heir that claimed when the register's owner did not act
+	gapSince          time.Time       // and since when no connection acted then
+	dropped           map[uint16]bool // this instance's connections that closed (the last few)
+	heirFrom          string          // the instance an heir's claim was granted by ("": none, or this one)
+	successorLeaving  bool            // the instance this one yielded to is stopping
+	claimHeirEvents   uint64          // the heir mask the claim in progress replaced
+	promotingFrom     loss            // of a promotion in progress: the register as the loss was seen (see promoteIfOrphaned)
+	followingOverrun  bool            // an ownAfterOverrun in progress (see moveCutLocked)
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
-	inDoubt    atomic.Uint64 // events a dead owner was inside of when this instance took over
-	gaps       atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
+	// releasedTag is the connection that released the register when this
+	// instance left (see caller.releaser): stored by releaseCut, read by
+	// Decide and, with no lock, by Finish at every event.
+	releasedTag atomic.Uint32
+	inDoubt     atomic.Uint64 // events a dead owner was inside of when this instance took over
+	gaps        atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last
@@ -224,15 +228,14 @@ func New(cfg Config) (*Coordinator, error) {
 		cfg.Clock = realClock{}
 	}
 	c := &Coordinator{
-		cfg:       cfg,
-		self:      s,
-		role:      api.Role_ROLE_JOINING,
-		events:    make(chan struct{}, 1),
-		watchers:  map[string]*api.Instance{},
-		changed:   make(chan struct{}),
-		conns:     map[uint16]uint64{},
-		sightings: map[uint16]sighting{},
-		dropped:   map[uint16]bool{},
+		cfg:      cfg,
+		self:     s,
+		role:     api.Role_ROLE_JOINING,
+		events:   make(chan struct{}, 1),
+		watchers: map[string]*api.Instance{},
+		changed:  make(chan struct{}),
+		conns:    map[uint16]*connState{},
+		dropped:  map[uint16]bool{},
 	}
 	c.log = cfg.Log.WithFields(logrus.Fields{
 		"plugin": s.Plugin, "version": s.Version, "instance": s.Id,
@@ -720,7 +723,7 @@ func (c *Coordinator) claim(parent context.Context, w claimWindow, grant *claimG
 			if c.role == api.Role_ROLE_OWNER {
 				// The new connection is heir of the old one (if the
 				// register is still with a predecessor's, of that one).
-				if w, _, _ := c.cfg.Dir.readCut(); c.conns[w.owner] != 0 || w.owner == 0 {
+				if w, _, _ := c.cfg.Dir.readCut(); c.connEventsLocked(w.owner) != 0 || w.owner == 0 {
 					c.heirFrom = ""
 				}
 				taken = c.takeCutLocked(true)

@@ -309,8 +309,14 @@ func putCut(d *Dir, w cutWord) {
 // coordForCutTest is a coordinator over d whose newest connection (the one
 // a promotion takes the register for) is main, subscribing to events.
 func coordForCutTest(d *Dir, main uint16, events uint64) *Coordinator {
-	return &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]uint64{main: events}, dropped: map[uint16]bool{},
-		sightings: map[uint16]sighting{}, mainTag: main}
+	return &Coordinator{cfg: Config{Dir: d}, conns: map[uint16]*connState{main: {events: events}}, dropped: map[uint16]bool{},
+		mainTag: main}
+}
+
+// putSighting records s as what connection tag, one of c's, saw at its
+// last event, as Decide does.
+func putSighting(c *Coordinator, tag uint16, s sighting) {
+	c.conns[tag].saw, c.conns[tag].called = s, true
 }
 
 // newCutWithHeirForTest is newCutForTest with a third connection as heir
@@ -635,7 +641,7 @@ func TestCutOutrightTakeFromAReleasedRegisterWithAnHeir(t *testing.T) {
 	if saw.Act {
 		t.Fatal("event 2: the standby acted while an heir was to")
 	}
-	c.sightings[standby] = saw.saw // as Decide records it: the standby is in the chain
+	putSighting(c, standby, saw.saw) // as Decide records it: the standby is in the chain
 	c.mu.Lock()
 	taken := c.takeCutLocked(false)
 	c.mu.Unlock()
@@ -1060,7 +1066,7 @@ func TestCutOutrightTakeDeclaresTheStandbysMarkByKey(t *testing.T) {
 			t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)
 		}
 		if marker == standby {
-			c.sightings[standby] = dec.saw
+			putSighting(c, standby, dec.saw)
 		}
 		c.mu.Lock()
 		taken := c.takeCutLocked(false)
@@ -1136,7 +1142,7 @@ func TestCutPromotionLeavesTheRegisterWithItsOwnOlderConnection(t *testing.T) {
 	const kind = 1 << 3
 	d, older, newest := newCutForTest(t, kind)
 	c := coordForCutTest(d, newest, kind)
-	c.conns[older] = kind
+	c.conns[older] = &connState{events: kind}
 	main := caller{mayTakeOver: true, events: kind}
 	if !d.decide(older, 1, kind, caller{events: kind}).Act {
 		t.Fatal("event 1: the older connection, owner, did not act")
@@ -1175,7 +1181,7 @@ func TestPromotionTakeLeavesTheRegisterToASurvivorThatTookIt(t *testing.T) {
 		d, dead, survivor := newCutForTest(t, kind)
 		mine := d.newConnTag()
 		c := coordForCutTest(d, mine, kind)
-		c.sightings[mine] = sighting{valid: true, owner: dead, key: 1, kind: kind}
+		putSighting(c, mine, sighting{valid: true, owner: dead, key: 1, kind: kind})
 		putCut(d, cutWord{owner: survivor, ownerSeen: true, key: 2, acted: true, done: true})
 		c.mu.Lock()
 		taken := c.moveCutLocked(false, promotion)
@@ -1312,7 +1318,7 @@ func TestCutPromotionForAnUncalledConnectionLeavesTheRegisterToAMarker(t *testin
 		fresh := d.newConnTag()
 		c := coordForCutTest(d, fresh, kind)
 		if called {
-			c.sightings[fresh] = sighting{} // an owner's last call leaves none
+			c.conns[fresh].called = true // an owner's last call leaves no sighting
 		}
 		sb := caller{mayTakeOver: true, events: kind}
 		if !d.decide(owner, 1, kind, caller{events: kind}).Act {

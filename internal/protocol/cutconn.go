@@ -23,13 +23,41 @@ import (
 //   - A claim whose author Synchronize fails gives the register back as it
 //     was; the owner never stopped acting.
 
+// connState is what the coordinator knows of one of its runtime
+// connections (Coordinator.conns; guarded by mu). One record per
+// connection, so that an event looks its connection up once.
+type connState struct {
+	events uint64   // the events it subscribes to (1<<event kind)
+	called bool     // the runtime called it for an event (saw is set)
+	saw    sighting // what it saw at its last event (see decide)
+}
+
+// connEventsLocked returns the events connection tag subscribes to (0 for
+// a connection that is not this instance's); call with mu.
+func (c *Coordinator) connEventsLocked(tag uint16) uint64 {
+	if cs := c.conns[tag]; cs != nil {
+		return cs.events
+	}
+	return 0
+}
+
+// sightingLocked returns what connection tag saw at its last event, and
+// whether the runtime has called it for one (a closed connection's is
+// forgotten); call with mu.
+func (c *Coordinator) sightingLocked(tag uint16) (sighting, bool) {
+	if cs := c.conns[tag]; cs != nil {
+		return cs.saw, cs.called
+	}
+	return sighting{}, false
+}
+
 // Conn registers a runtime connection of this instance that subscribes to
 // events (a bit mask, 1<<event kind) and returns its tag for ClaimConn,
 // Decide and Finish.
 func (c *Coordinator) Conn(events uint64) uint16 {
 	tag := c.cfg.Dir.newConnTag()
 	c.mu.Lock()
-	c.conns[tag] = events
+	c.conns[tag] = &connState{events: events}
 	c.mu.Unlock()
 	return tag
 }
@@ -55,8 +83,7 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 		}
 		c.dropped[tag] = true
 	}
-	delete(c.conns, tag)
-	delete(c.sightings, tag)
+	delete(c.conns, tag) // and its sighting
 	var gap cutTaken
 	if tag == c.gapHeir {
 		// Promoted before it was in the runtime's chain, it closed before
@@ -106,17 +133,26 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	if c.cfg.Dir.LayoutErr() != nil {
 		return Decision{} // a page it does not speak: it never acts (see ErrPageLayout)
 	}
+	// One critical section around the register's decision: mu is taken
+	// before the directory's genMu (as takeCutLocked does), and decide
+	// takes no lock of the coordinator's and waits for nothing (gone is a
+	// poll with no wait). So the sighting a call leaves and the register
+	// it read move together, and an event takes mu once.
 	c.mu.Lock()
-	prev, called := c.sightings[tag] // called: the runtime called tag for an event before
+	cs := c.conns[tag] // nil: not a live connection of this instance's
+	var prev sighting
+	called := false // the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
-		events: c.conns[tag], prev: prev, releaser: tag == c.releasedTag, gone: gone}
-	c.mu.Unlock()
+		releaser: uint32(tag) == c.releasedTag.Load(), gone: gone}
+	if cs != nil {
+		prev, called, me.events = cs.saw, cs.called, cs.events
+		me.prev = prev
+	}
 	d := c.cfg.Dir.decide(tag, key, kind, me)
 	var gap cutTaken
-	c.mu.Lock()
-	if _, ok := c.conns[tag]; ok {
+	if cs != nil {
 		d.saw.firstCall = !called
-		c.sightings[tag] = d.saw
+		cs.saw, cs.called = d.saw, true
 	}
 	if (d.Promoted || d.Act) && tag == c.gapHeir {
 		// An heir that claimed when no connection acted, or a connection
@@ -124,11 +160,34 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		gap.gapSince, c.gapHeir = c.gapSince, 0
 	}
 	c.mu.Unlock()
-	if (d.Promoted || d.took) && !me.releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
+	// Anything but a plain act, skip or hand-over (each of these flags,
+	// or a gap ending at this act) is followed up apart.
+	if d.Promoted || d.took || d.Overrun || d.unrecorded || d.heirUnseen || d.unseenMark || !gap.gapSince.IsZero() {
+		c.afterTakeover(tag, key, &d, me.releaser, called, prev, gap)
+	}
+	// The first act of a connection: it was promoted now, or its
+	// predecessor handed over to it at this event.
+	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
+	if first {
+		c.lastActing.Store(uint32(tag))
+	}
+	if first || d.HandedOver {
+		c.cutMoved(tag, !d.HandedOver)
+	}
+	return d
+}
+
+// afterTakeover follows up a decision of Decide's at connection tag that
+// took the register or declared something (see there): the gap since the
+// last act and the events in doubt are declared, and the control plane
+// follows a takeover. releaser, called and prev are the caller's as
+// Decide saw them; gap is the gap Decide found ending at this act.
+func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, releaser, called bool, prev sighting, gap cutTaken) {
+	if (d.Promoted || d.took) && !releaser && gap.gapSince.IsZero() && c.cfg.Dir.ownerDead(d.prevOwner) {
 		// The owner it took from had no connection: nobody acted since.
 		gap.gapSince = d.actedSince
 	}
-	if fresh := d.Overrun && !d.skippedOwner && !d.InDoubt && !called || d.skippedOwner && prev.firstCall; fresh && !me.releaser && gap.gapSince.IsZero() {
+	if fresh := d.Overrun && !d.skippedOwner && !d.InDoubt && !called || d.skippedOwner && prev.firstCall; fresh && !releaser && gap.gapSince.IsZero() {
 		// A takeover by a connection that was not in the runtime's chain
 		// before the owner stopped acting: rule 3 at its first call, for
 		// another event than the one the owner overran (once appended it
@@ -146,7 +205,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		gap.gapSince = d.actedSince
 	}
 	c.reportInDoubt(gap)
-	if d.unrecorded && gap.gapSince.IsZero() && !d.Overrun && !me.releaser {
+	if d.unrecorded && gap.gapSince.IsZero() && !d.Overrun && !releaser {
 		// (Rules 3 and 4 declare the window from the recorded event on,
 		// which holds the marked one; a releaser takes back an event nobody
 		// took, see caller.releaser.)
@@ -160,7 +219,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		}
 	}
 	switch {
-	case d.took && me.releaser:
+	case d.took && releaser:
 		// Back for an event nobody took; given up again at Finish.
 		c.log.WithField("conn", tag).Info("leaving: acting on an event that reached nobody after the release; releasing again after it")
 	case d.heirUnseen:
@@ -187,7 +246,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 				Warn("in doubt: the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
 			c.countInDoubt()
 		}
-		c.tookOverFromOverrun(tag, d)
+		c.tookOverFromOverrun(tag, *d)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
 			Warn("in doubt: this event has the key of the one the previous owner acted on last, before this connection took over unseen (the owner left, or the register was taken from it)")
@@ -201,16 +260,6 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		c.countInDoubt()
 		c.catchUp()
 	}
-	// The first act of a connection: it was promoted now, or its
-	// predecessor handed over to it at this event.
-	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
-	if first {
-		c.lastActing.Store(uint32(tag))
-	}
-	if first || d.HandedOver {
-		c.cutMoved(tag, !d.HandedOver)
-	}
-	return d
 }
 
 // tookOverFromOverrun follows a takeover of the register from a connection
@@ -323,10 +372,7 @@ func (c *Coordinator) cutMoved(tag uint16, promoted bool) {
 // returned.
 func (c *Coordinator) Finish(tag uint16, key uint32) {
 	c.cfg.Dir.finish(tag, key)
-	c.mu.Lock()
-	releaser := tag != 0 && tag == c.releasedTag
-	c.mu.Unlock()
-	if releaser {
+	if tag != 0 && uint32(tag) == c.releasedTag.Load() {
 		c.releaseCut() // it took the register back for this event
 	}
 }
@@ -388,7 +434,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 		return t
 	}
 	tag := t.tag
-	events := c.conns[tag]
+	events := c.connEventsLocked(tag)
 	// A claim made inside a Synchronize is for a connection the runtime
 	// has not appended yet: it becomes heir, whoever owns the register.
 	inSync := c.claimTag == tag
@@ -493,7 +539,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 			// becomeOwner's holdEvents).
 			if w.unrecorded && w.owner != 0 {
 				t.marked = true
-				if s := c.sightings[tag]; s.valid && s.first && s.owner == w.owner && s.events == recorded {
+				if s, _ := c.sightingLocked(tag); s.valid && s.first && s.owner == w.owner && s.events == recorded {
 					t.markKey = s.key
 				}
 			}
@@ -525,7 +571,7 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 		actor = t.prev.heir
 	}
 	if _, live := c.conns[actor]; outright && !heir && actor != 0 && !live {
-		if _, called := c.sightings[tag]; called {
+		if _, called := c.sightingLocked(tag); called {
 			t.gapSince = c.cfg.Dir.lastActed()
 			c.gapHeir = 0 // declared here, not again when it acts
 		} else {
@@ -549,7 +595,7 @@ func (c *Coordinator) promotionFindsTakerLocked(owner uint16) bool {
 	if _, mine := c.conns[owner]; mine || owner == 0 {
 		return false
 	}
-	saw := c.sightings[c.mainTag]
+	saw, _ := c.sightingLocked(c.mainTag)
 	return saw.valid && saw.owner != 0 && owner != saw.owner
 }
 
@@ -569,11 +615,11 @@ func (c *Coordinator) promotionFindsMarkerLocked(w cutWord, recorded uint64, tag
 	if !w.unrecorded || w.owner == 0 || w.heir != 0 || c.ownLiveConnLocked(w.owner) {
 		return false
 	}
-	if _, called := c.sightings[tag]; called {
+	if _, called := c.sightingLocked(tag); called {
 		return false
 	}
-	for conn := range c.conns {
-		if s := c.sightings[conn]; s.valid && s.first && s.owner == w.owner && s.events == recorded {
+	for _, cs := range c.conns {
+		if s := cs.saw; s.valid && s.first && s.owner == w.owner && s.events == recorded {
 			return false // the mark may be this instance's own
 		}
 	}
@@ -767,7 +813,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 		}
 		if promoted {
 			c.mu.Lock()
-			d.setOwnerEvents(tag, c.conns[tag])
+			d.setOwnerEvents(tag, c.connEventsLocked(tag))
 			c.mu.Unlock()
 			c.lastActing.Store(uint32(tag))
 			if declare {
@@ -864,8 +910,8 @@ func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
 		return
 	}
 	c.mu.Lock()
-	if _, ok := c.conns[tag]; ok {
-		c.conns[tag] = events
+	if cs := c.conns[tag]; cs != nil {
+		cs.events = events
 	}
 	c.mu.Unlock()
 }
@@ -923,8 +969,6 @@ func (c *Coordinator) releaseCut() {
 		return true
 	})
 	if released != 0 {
-		c.mu.Lock()
-		c.releasedTag = released
-		c.mu.Unlock()
+		c.releasedTag.Store(uint32(released))
 	}
 }

@@ -398,7 +398,7 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 	// survivor within microseconds of the kill): this instance's
 	// connection, last called while the dead owner held the register, tells.
 	c.mu.Lock()
-	c.sightings[mine] = sighting{valid: true, owner: dead, key: 1, kind: kind}
+	putSighting(c, mine, sighting{valid: true, owner: dead, key: 1, kind: kind})
 	c.mu.Unlock()
 	if got := c.promoteIfOrphaned("successor gone", c.noteLoss()); got != undecided {
 		t.Fatalf("promotion over a survivor's takeover before the loss was seen: %v, want undecided", got)
