@@ -523,3 +523,48 @@ func TestCreationInDoubtIsNotRecorded(t *testing.T) {
 		t.Fatalf("record %v, want only c3, stopped: a creation in doubt is not recorded", got)
 	}
 }
+
+// A creation that was the last change any instance began before the gap
+// this instance declared (its acting instance died before the runtime was
+// done with it), whose container the list lacks, is left to its own
+// events; an older one the list lacks is gone, and its stop is handed (the
+// demo, cri-o, -faults 10 -seed 97: the last creation read as gone, its
+// StartContainer found handed and dropped).
+func TestCatchUpLeavesTheLastCreationBeforeTheGapAlone(t *testing.T) {
+	log, _ := test.NewNullLogger()
+	root, err := os.MkdirTemp("", "nhl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	author := &startStopAuthor{}
+	p, err := New(author, WithVersion("1.0.0"), WithPluginName("last"), WithPluginIdx("10"),
+		WithHandoverDir(root), WithInstanceID("l1"), WithLogger(logrus.NewEntry(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.release)
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod-1"}
+	// The dead owner's acts: c0, then c1, its last.
+	p.rec.End(p.rec.Begin(lifecycle.Container, "c0", pod.Id, lifecycle.Created))
+	p.rec.End(p.rec.Begin(lifecycle.Container, "c1", pod.Id, lifecycle.Created))
+	p.noteGap(time.Millisecond) // this instance takes over
+	var events api.EventMask
+	events.Set(api.Event_START_CONTAINER, api.Event_STOP_CONTAINER)
+	p.catchUpLifecycle(ctx, events, p.rec.Seq(), math.MaxUint64, []*api.PodSandbox{pod}, nil)
+	c1 := &api.Container{Id: "c1", PodSandboxId: pod.Id, State: api.ContainerState_CONTAINER_CREATED}
+	if err := a.StartContainer(ctx, pod, c1); err != nil {
+		t.Fatal(err)
+	}
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	got := fmt.Sprintf("starts %v, stops %v, caught up %v", author.starts, author.stops, author.caughtUp)
+	if got != "starts [c1], stops [], caught up [c0]" {
+		t.Fatalf("%s; want c0's stop caught up, c1's start handed", got)
+	}
+}
