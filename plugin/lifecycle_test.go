@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"strings"
@@ -17,6 +16,26 @@ import (
 
 	"github.com/nri-handover/nri-handover/internal/lifecycle"
 )
+
+// newRecordTestPlugin returns a Plugin of author, named name, instance
+// id, with a handover directory of its own (removed at the end) and a
+// null logger, whose hook it returns; released at the end.
+func newRecordTestPlugin(t *testing.T, author any, name, id string) (*Plugin, *test.Hook) {
+	t.Helper()
+	log, hook := test.NewNullLogger()
+	root, err := os.MkdirTemp("", "nhl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	p, err := New(author, WithVersion("1.0.0"), WithPluginName(name), WithPluginIdx("10"),
+		WithHandoverDir(root), WithInstanceID(id), WithLogger(logrus.NewEntry(log)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.release)
+	return p, hook
+}
 
 // stopAuthor counts the stops it is handed, and which came late.
 type stopAuthor struct {
@@ -42,20 +61,8 @@ func (s *stopAuthor) StopContainer(ctx context.Context, _ *api.PodSandbox, c *ap
 // it had no room for is not handed (its change cannot be known).
 func TestFullRecordIsDeclaredAtTheCatchUp(t *testing.T) {
 	defer SetRecordSlots(2)()
-	log, hook := test.NewNullLogger()
-	log.SetOutput(io.Discard)
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &stopAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("full"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("f1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, hook := newRecordTestPlugin(t, author, "full", "f1")
 	if p.rec == nil || p.rec.Slots() != 2 {
 		t.Fatalf("record %v, want one of 2 slots", p.rec)
 	}
@@ -114,19 +121,8 @@ func TestFullRecordIsDeclaredAtTheCatchUp(t *testing.T) {
 // it unlisted hands the stop, and the StopContainer the runtime sends
 // afterwards does not reach the author again.
 func TestStopHandedByACatchUpIsNotHandedAgain(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &stopAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("late"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("l1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, author, "late", "l1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
@@ -165,18 +161,7 @@ func (*removeAuthor) RemoveContainer(context.Context, *api.PodSandbox, *api.Cont
 // back a container removed meanwhile: a later catch-up would hand its
 // stop and removal although they were acted on.
 func TestStaleListDoesNotResurrect(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	p, err := New(&removeAuthor{}, WithVersion("1.0.0"), WithPluginName("stale"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("s1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, &removeAuthor{}, "stale", "s1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
@@ -248,19 +233,8 @@ func (a *podAuthor) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) e
 // then reached the author a second time (TestDemoFaultsInEveryMode, cri-o,
 // about 1 run in 10).
 func TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &podAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("lag"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("g1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, author, "lag", "g1")
 	var events api.EventMask
 	events.Set(api.Event_RUN_POD_SANDBOX)
 	events.Set(api.Event_STOP_POD_SANDBOX)
@@ -311,19 +285,8 @@ func TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince(t *testing.T) {
 // again. The catch-up's own bringing of the record in line with the list
 // dropped the late entry, and the event reached the author a second time.
 func TestRemovalHandedByACatchUpIsNotHandedAgain(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &podAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("lateremove"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("r1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, author, "lateremove", "r1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
@@ -369,19 +332,8 @@ func TestRemovalHandedByACatchUpIsNotHandedAgain(t *testing.T) {
 // author: its act would be in no record, and the next owner's catch-up,
 // finding the change not made, would hand it a second time.
 func TestChangeBegunAfterTheRecordClosedIsNotHanded(t *testing.T) {
-	log, hook := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &stopAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("closed"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("c1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, hook := newRecordTestPlugin(t, author, "closed", "c1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
@@ -449,19 +401,8 @@ func (s *startStopAuthor) StartContainer(_ context.Context, _ *api.PodSandbox, c
 // Left alone, the start reaches the author, and a later catch-up that
 // does not list it hands its stop.
 func TestCatchUpLeavesACreationInFlightAlone(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &startStopAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("inflight"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("f1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, author, "inflight", "f1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
@@ -497,18 +438,7 @@ func TestCatchUpLeavesACreationInFlightAlone(t *testing.T) {
 // handed its stop and made the runtime's StartContainer, found handed,
 // reach nobody (the demo, cri-o, -faults 10 -seed 100: an undeclared miss).
 func TestCreationInDoubtIsNotRecorded(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	p, err := New(&startStopAuthor{}, WithVersion("1.0.0"), WithPluginName("doubt"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("d1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, &startStopAuthor{}, "doubt", "d1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	doubt := turn{a: a, inDoubt: true}
 	doubt.record(evCreateContainer, "c1", "pod-1")
@@ -531,19 +461,8 @@ func TestCreationInDoubtIsNotRecorded(t *testing.T) {
 // demo, cri-o, -faults 10 -seed 97: the last creation read as gone, its
 // StartContainer found handed and dropped).
 func TestCatchUpLeavesTheLastCreationBeforeTheGapAlone(t *testing.T) {
-	log, _ := test.NewNullLogger()
-	root, err := os.MkdirTemp("", "nhl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
 	author := &startStopAuthor{}
-	p, err := New(author, WithVersion("1.0.0"), WithPluginName("last"), WithPluginIdx("10"),
-		WithHandoverDir(root), WithInstanceID("l1"), WithLogger(logrus.NewEntry(log)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.release)
+	p, _ := newRecordTestPlugin(t, author, "last", "l1")
 	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
 	ctx := context.Background()
 	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
