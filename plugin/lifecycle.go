@@ -265,11 +265,11 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	//     Seq is the record's Seq then: noteGap), still created: the
 	//     instance that acted on it may have died before the runtime was
 	//     done with it (-seed 97).
-	// Left out of this Diff: their own events, or the next catch-up,
-	// settle them (a container so created and removed unstarted within the
-	// gap is handed its changes by the next catch-up that does not list
-	// it). A pod run just before a gap is not left out: one removed within
-	// the gap must be handed its removal now
+	// Left out of this Diff while the list lacks them: their own events,
+	// or the next catch-up, settle them (a container so created and
+	// removed unstarted within the gap is handed its changes by the next
+	// catch-up that does not list it). A pod run just before a gap is not
+	// left out: one removed within the gap must be handed its removal now
 	// (TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince), so a pod the
 	// runtime had not listed yet is read as gone (docs/reliability.md).
 	inFlight := map[string]bool{}
@@ -318,9 +318,22 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		entries = olderThan(entries, since)
 	}
 	if len(inFlight) > 0 {
+		// Only while the list lacks them: a listed one is compared as any
+		// (started while no instance acted, its start is handed).
+		listed := make(map[string]bool, len(pods)+len(ctrs))
+		for _, p := range pods {
+			listed[lifecycle.Pod.String()+"/"+p.GetId()] = true
+		}
+		for _, c := range ctrs {
+			listed[lifecycle.Container.String()+"/"+c.GetId()] = true
+		}
 		kept := entries[:0:0]
 		for _, e := range entries {
-			if !inFlight[e.Kind.String()+"/"+e.ID] {
+			k := e.Kind.String() + "/" + e.ID
+			if inFlight[k] && listed[k] {
+				delete(inFlight, k)
+			}
+			if !inFlight[k] {
 				kept = append(kept, e)
 			}
 		}

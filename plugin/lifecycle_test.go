@@ -487,3 +487,28 @@ func TestCatchUpLeavesTheLastCreationBeforeTheGapAlone(t *testing.T) {
 		t.Fatalf("%s; want c0's stop caught up, c1's start handed", got)
 	}
 }
+
+// The last creation before the gap, listed running: the runtime started
+// it while no instance acted, and the catch-up hands its start (it is left
+// out of the comparison only while the list lacks it).
+func TestCatchUpHandsTheStartOfTheLastCreationListedRunning(t *testing.T) {
+	author := &startStopAuthor{}
+	p, _ := newRecordTestPlugin(t, author, "started", "s1")
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
+	ctx := context.Background()
+	if _, err := a.Synchronize(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	pod := &api.PodSandbox{Id: "pod-1"}
+	p.rec.End(p.rec.Begin(lifecycle.Container, "c1", pod.Id, lifecycle.Created)) // the dead owner's last act
+	p.noteGap(time.Millisecond)
+	var events api.EventMask
+	events.Set(api.Event_START_CONTAINER, api.Event_STOP_CONTAINER)
+	c1 := &api.Container{Id: "c1", PodSandboxId: pod.Id, State: api.ContainerState_CONTAINER_RUNNING}
+	p.catchUpLifecycle(ctx, events, p.rec.Seq(), math.MaxUint64, []*api.PodSandbox{pod}, []*api.Container{c1})
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	if strings.Join(author.starts, ",") != "c1" || len(author.stops)+len(author.caughtUp) != 0 {
+		t.Fatalf("starts %v, stops %v, caught up stops %v; want c1's start caught up, nothing else", author.starts, author.stops, author.caughtUp)
+	}
+}
