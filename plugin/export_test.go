@@ -17,3 +17,10 @@ func SetRecordSlots(n int) (restore func()) {
 	recordSlots = n
 	return func() { recordSlots = prev }
 }
+
+// setSettleDelay sets settleDelay for a test; it returns the restore.
+func setSettleDelay(d time.Duration) func() {
+	prev := settleDelay
+	settleDelay = d
+	return func() { settleDelay = prev }
+}

@@ -188,6 +188,9 @@ func (p *Plugin) noteGap(gap time.Duration) {
 // window is to be found in it. For a gap this Synchronize ends, upTo is
 // the maximum: the connection's Configure bounds the entries (see
 // catchUpLifecycle).
+//
+// A follow-up catch-up (see unsettled) is one too: upTo is then at least
+// the bound of the catch-ups whose objects it compares.
 func (p *Plugin) lifecycleGap() (gap bool, upTo uint64) {
 	pending := p.coord.GapPending()
 	gaps := p.gaps.Load()
@@ -196,13 +199,14 @@ func (p *Plugin) lifecycleGap() (gap bool, upTo uint64) {
 		gaps++ // declared when this connection takes the register
 		upTo = math.MaxUint64
 	}
+	followUp, bound := p.unsettled.takeDue()
 	for {
 		seen := p.lifeGaps.Load()
 		if !pending && gaps <= seen {
-			return false, 0
+			return followUp, bound
 		}
 		if gaps <= seen || p.lifeGaps.CompareAndSwap(seen, gaps) {
-			return true, upTo
+			return true, max(upTo, bound)
 		}
 	}
 }
@@ -254,29 +258,28 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// runtime's hands when it listed. The runtime adds an object to its
 	// list only once it is done with its creation's event (it gave up on
 	// a dead instance, called the others), and CRI-O lists outside the
-	// lock its events take: a list taken meanwhile lacks it, and Diff
-	// would read it as gone (its stop, and removal, handed now, and the
+	// lock its events take, and lists a container only once the OCI
+	// runtime created it: a list taken meanwhile lacks it, and Diff would
+	// read it as gone (its stop, and removal, handed now, and the
 	// runtime's own StartContainer found handed and dropped: the demo,
 	// cri-o, -faults 10, an undeclared miss). They are the objects
 	//   - whose creation an instance that died was inside of (pending in
 	//     the record), or
-	//   - containers whose creation was the last change any instance
-	//     began before the last gap this instance declared (the entry's
-	//     Seq is the record's Seq then: noteGap), still created: the
-	//     instance that acted on it may have died before the runtime was
-	//     done with it (-seed 97).
-	// Left out of this Diff while the list lacks them: their own events,
-	// or the next catch-up, settle them (a container so created and
-	// removed unstarted within the gap is handed its changes by the next
-	// catch-up that does not list it). A pod run just before a gap is not
-	// left out: one removed within the gap must be handed its removal now
-	// (TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince), so a pod the
-	// runtime had not listed yet is read as gone (docs/reliability.md).
+	//   - whose creation (a container created, a pod run) was the last
+	//     change any instance began before the last gap this instance
+	//     declared (the entry's Seq is the record's Seq then: noteGap),
+	//     not changed since: the instance that acted on it may have died
+	//     before the runtime was done with it (-seed 97).
+	// While the list lacks them they are left out of the comparison for
+	// up to settleDelay, and a follow-up catch-up compares them then
+	// (unsettled): listed by then, as any; still not listed, as gone (a
+	// pod run just before the gap and removed within it is handed its
+	// removal then).
 	inFlight := map[string]bool{}
 	lastBegun := p.gapSeq.Load()
 	for _, e := range entries {
 		if e.Pending == lifecycle.Unknown {
-			if lastBegun != 0 && e.Seq == lastBegun && e.Kind == lifecycle.Container && e.State == lifecycle.Created {
+			if lastBegun != 0 && e.Seq == lastBegun && justCreated(e) {
 				inFlight[e.Kind.String()+"/"+e.ID] = true
 			}
 			continue
@@ -317,27 +320,34 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		entries, _ = rec.Entries()
 		entries = olderThan(entries, since)
 	}
-	if len(inFlight) > 0 {
-		// Only while the list lacks them: a listed one is compared as any
-		// (started while no instance acted, its start is handed).
-		listed := make(map[string]bool, len(pods)+len(ctrs))
-		for _, p := range pods {
-			listed[lifecycle.Pod.String()+"/"+p.GetId()] = true
+	listed := make(map[string]bool, len(pods)+len(ctrs))
+	for _, p := range pods {
+		listed[lifecycle.Pod.String()+"/"+p.GetId()] = true
+	}
+	for _, c := range ctrs {
+		listed[lifecycle.Container.String()+"/"+c.GetId()] = true
+	}
+	// leftOut: in flight (or left out by an earlier catch-up), not
+	// listed, not settled yet, and changed by no event since its
+	// creation (one that was is known to the runtime). A listed one is
+	// compared as any (started while no instance acted, its start is
+	// handed).
+	leftOut := map[string]bool{}
+	now := time.Now()
+	kept := entries[:0:0]
+	for _, e := range entries {
+		k := e.Kind.String() + "/" + e.ID
+		if !listed[k] && justCreated(e) && p.unsettled.leaveOut(k, inFlight[k], since, now) {
+			leftOut[k] = true
+			continue
 		}
-		for _, c := range ctrs {
-			listed[lifecycle.Container.String()+"/"+c.GetId()] = true
-		}
-		kept := entries[:0:0]
-		for _, e := range entries {
-			k := e.Kind.String() + "/" + e.ID
-			if inFlight[k] && listed[k] {
-				delete(inFlight, k)
-			}
-			if !inFlight[k] {
-				kept = append(kept, e)
-			}
-		}
-		entries = kept
+		kept = append(kept, e)
+	}
+	entries = kept
+	p.unsettled.forget(leftOut, now, p.requestCatchUp)
+	if len(leftOut) != 0 {
+		p.log.WithFields(logrus.Fields{"objects": len(leftOut), "settle": settleDelay.String()}).
+			Info("lifecycle catch-up: objects created just before the gap are not listed by the runtime yet; comparing them again once settled")
 	}
 	changes, sets := lifecycle.Diff(entries, pods, ctrs)
 	// handed: the objects a change of which was handed here, marked late
@@ -372,7 +382,7 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		if s.Kind == lifecycle.Pod && !p.recPods && s.State != lifecycle.Removed {
 			continue // the author handles no pod change: pods are not recorded
 		}
-		if inFlight[s.Kind.String()+"/"+s.ID] {
+		if leftOut[s.Kind.String()+"/"+s.ID] {
 			continue // its creation's event may not be done at the runtime (see inFlight)
 		}
 		if !quiet && !known[s.Kind.String()+"/"+s.ID] {
@@ -388,6 +398,13 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		rec.Set(s.Kind, s.ID, s.PodID, s.State)
 	}
 	return updates
+}
+
+// justCreated reports whether an entry shows its object's creation as
+// its last change: a container created, a pod run.
+func justCreated(e lifecycle.Entry) bool {
+	return e.Kind == lifecycle.Container && e.State == lifecycle.Created ||
+		e.Kind == lifecycle.Pod && e.State == lifecycle.Running
 }
 
 // olderThan keeps the entries written at or before seq.
@@ -406,7 +423,7 @@ func olderThan(entries []lifecycle.Entry, seq uint64) []lifecycle.Entry {
 func (p *Plugin) handChange(ctx context.Context, c lifecycle.Change) []*api.ContainerUpdate {
 	e := c.Entry
 	ctr := c.Container
-	if ctr == nil && e.Kind == lifecycle.Container {
+	if ctr == nil {
 		ctr = &api.Container{Id: e.ID, PodSandboxId: e.PodID, State: api.ContainerState_CONTAINER_STOPPED}
 	}
 	pod := c.Pod

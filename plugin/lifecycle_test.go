@@ -231,8 +231,11 @@ func (a *podAuthor) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) e
 // record's Seq when the gap was declared) both pods' changes were handed,
 // and the runtime's own StopPodSandbox and RemovePodSandbox of the new pod
 // then reached the author a second time (TestDemoFaultsInEveryMode, cri-o,
-// about 1 run in 10).
+// about 1 run in 10). The old pod, run just before the gap, may itself be
+// in the runtime's hands still: its changes come with the follow-up
+// catch-up, once it has settled and is still not listed.
 func TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince(t *testing.T) {
+	defer setSettleDelay(20 * time.Millisecond)()
 	author := &podAuthor{}
 	p, _ := newRecordTestPlugin(t, author, "lag", "g1")
 	var events api.EventMask
@@ -255,12 +258,7 @@ func TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince(t *testing.T) {
 	}
 	// A new connection of this instance (a catch-up or a resync): the
 	// runtime lists neither pod, the new one not yet.
-	b := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
-	b.events.Store(uint64(events))
-	b.recSeq.Store(p.rec.Seq())
-	if _, err := b.Synchronize(ctx, nil, nil); err != nil {
-		t.Fatal(err)
-	}
+	b := newSyncedAdapter(t, p, events, nil)
 	// The runtime's own events for the new pod, later.
 	if err := b.StopPodSandbox(ctx, fresh); err != nil {
 		t.Fatal(err)
@@ -268,13 +266,89 @@ func TestCatchUpOfAnEarlierGapIgnoresWhatWasActedOnSince(t *testing.T) {
 	if err := b.RemovePodSandbox(ctx, fresh); err != nil {
 		t.Fatal(err)
 	}
-	author.mu.Lock()
-	defer author.mu.Unlock()
-	if got, want := strings.Join(author.caughtUp, ","), "StopPodSandbox pod-old,RemovePodSandbox pod-old"; got != want {
+	if got := author.caught(); got != "" {
+		t.Fatalf("caught up %q before the old pod settled, want nothing", got)
+	}
+	awaitFollowUp(t, p)
+	newSyncedAdapter(t, p, events, nil) // the follow-up: still not listed
+	if got, want := author.caught(), "StopPodSandbox pod-old,RemovePodSandbox pod-old"; got != want {
 		t.Fatalf("caught up %q, want %q", got, want)
 	}
+	author.mu.Lock()
+	defer author.mu.Unlock()
 	if got, want := strings.Join(author.stops, ","), "StopPodSandbox pod-new,RemovePodSandbox pod-new"; got != want {
 		t.Fatalf("handed as events %q, want %q", got, want)
+	}
+}
+
+// A pod run just before a gap, by an instance that died before the
+// runtime was done with it, and not listed yet by the catch-up's list
+// (CRI-O lists outside the lock its events take, and adds a pod once
+// its RunPodSandbox is done): it is not read as gone. The follow-up lists
+// it and hands nothing; the runtime's own StopPodSandbox and
+// RemovePodSandbox reach the author as events. Before, the catch-up
+// handed its stop and removal at once, while the pod ran, and the
+// runtime's own events, found handed, reached nobody.
+func TestCatchUpLeavesAPodRunJustBeforeTheGapUntilListed(t *testing.T) {
+	defer setSettleDelay(20 * time.Millisecond)()
+	author := &podAuthor{}
+	p, _ := newRecordTestPlugin(t, author, "podlag", "q1")
+	var events api.EventMask
+	events.Set(api.Event_STOP_POD_SANDBOX)
+	events.Set(api.Event_REMOVE_POD_SANDBOX)
+	newSyncedAdapter(t, p, events, nil)
+	pod := &api.PodSandbox{Id: "pod-1"}
+	p.rec.End(p.rec.Begin(lifecycle.Pod, pod.Id, "", lifecycle.Running)) // the dead owner's last act
+	p.noteGap(time.Millisecond)                                          // this instance takes over
+	newSyncedAdapter(t, p, events, nil)                                  // the list lacks the pod
+	if got := author.caught(); got != "" {
+		t.Fatalf("caught up %q while the runtime may still run the pod, want nothing", got)
+	}
+	awaitFollowUp(t, p)
+	c := newSyncedAdapter(t, p, events, []*api.PodSandbox{pod}) // listed now
+	if err := c.StopPodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RemovePodSandbox(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	if got := fmt.Sprintf("caught up %v, events %v", author.caughtUp, author.stops); got != "caught up [], events [StopPodSandbox pod-1 RemovePodSandbox pod-1]" {
+		t.Fatalf("%s; want the runtime's own stop and removal handed, nothing caught up", got)
+	}
+}
+
+// caught is what a catch-up handed the author, in order.
+func (a *podAuthor) caught() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return strings.Join(a.caughtUp, ",")
+}
+
+// newSyncedAdapter makes a new connection of p's, with events, whose
+// Synchronize the runtime calls with pods (configured first: the record's
+// Seq then bounds the catch-up).
+func newSyncedAdapter(t *testing.T, p *Plugin, events api.EventMask, pods []*api.PodSandbox) *adapter {
+	t.Helper()
+	a := &adapter{p: p, synced: make(chan struct{}), tag: p.coord.Conn(^uint64(0))}
+	a.events.Store(uint64(events))
+	a.recSeq.Store(p.rec.Seq())
+	if _, err := a.Synchronize(context.Background(), pods, nil); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// awaitFollowUp waits until p asks for the follow-up catch-up of objects a
+// catch-up left out (see unsettled), as Run would before replacing its
+// connection.
+func awaitFollowUp(t *testing.T, p *Plugin) {
+	t.Helper()
+	select {
+	case <-p.catchUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no follow-up catch-up asked for")
 	}
 }
 
@@ -510,5 +584,38 @@ func TestCatchUpHandsTheStartOfTheLastCreationListedRunning(t *testing.T) {
 	defer author.mu.Unlock()
 	if strings.Join(author.starts, ",") != "c1" || len(author.stops)+len(author.caughtUp) != 0 {
 		t.Fatalf("starts %v, stops %v, caught up stops %v; want c1's start caught up, nothing else", author.starts, author.stops, author.caughtUp)
+	}
+}
+
+// The last creation before the gap, still not listed once it has settled:
+// the runtime created and stopped it while no instance acted (or never
+// created it), and the follow-up catch-up hands its stop. Before, that
+// waited for a later gap's catch-up, which might never come.
+func TestFollowUpHandsTheStopOfTheLastCreationStillNotListed(t *testing.T) {
+	defer setSettleDelay(20 * time.Millisecond)()
+	author := &startStopAuthor{}
+	p, _ := newRecordTestPlugin(t, author, "settled", "u1")
+	var events api.EventMask
+	events.Set(api.Event_START_CONTAINER, api.Event_STOP_CONTAINER)
+	newSyncedAdapter(t, p, events, nil)
+	pod := &api.PodSandbox{Id: "pod-1"}
+	p.rec.End(p.rec.Begin(lifecycle.Container, "c1", pod.Id, lifecycle.Created)) // the dead owner's last act
+	p.noteGap(time.Millisecond)
+	newSyncedAdapter(t, p, events, []*api.PodSandbox{pod}) // c1 not listed
+	author.mu.Lock()
+	early := len(author.caughtUp)
+	author.mu.Unlock()
+	if early != 0 {
+		t.Fatalf("caught up %d stops before c1 settled, want none", early)
+	}
+	awaitFollowUp(t, p)
+	newSyncedAdapter(t, p, events, []*api.PodSandbox{pod}) // still not listed
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	if got := fmt.Sprintf("starts %v, stops %v, caught up %v", author.starts, author.stops, author.caughtUp); got != "starts [], stops [], caught up [c1]" {
+		t.Fatalf("%s; want c1's stop caught up by the follow-up", got)
+	}
+	if due, _ := p.unsettled.takeDue(); due {
+		t.Fatal("another follow-up asked for after the last object settled")
 	}
 }

@@ -192,6 +192,9 @@ type Plugin struct {
 	// through noteGap); gapSeq is the lifecycle record's Seq when it
 	// declared the last one.
 	gaps, gapSeq atomic.Uint64
+	// unsettled: the objects lifecycle catch-ups left out until the
+	// runtime lists them, and their follow-up catch-up.
+	unsettled unsettled
 
 	// missed holds, by id, the unstamped containers this instance acted
 	// on a later event of while no instance had processed them (see
@@ -719,6 +722,9 @@ func (p *Plugin) loop(configured chan struct{}) error {
 	serving:
 		switch p.serve(ctx, c) {
 		case stopped:
+			if !p.crashed() && p.Role() == handover.RoleOwner && p.unsettled.awaitDue(p.cfg.leaveTimeout) {
+				p.requestCatchUp() // the follow-up of a catch-up that left objects out: this instance alone knows them
+			}
 			if p.catchUpPending() {
 				// Asked for before the stop: the containers it hands
 				// (some reached by a later event only, see
