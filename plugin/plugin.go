@@ -756,6 +756,20 @@ func (p *Plugin) loop(configured chan struct{}) error {
 			}
 			goto serving
 		case lost:
+			if old := c.adapter.retiring.Swap(nil); old != nil {
+				select {
+				case <-old.closed:
+				default:
+					// Lost before its first event closed the connection
+					// it replaced: that one is still in the runtime's
+					// chain, and serves on.
+					p.log.Warn("runtime connection lost; the connection it replaced serves on")
+					p.disconnect(c)
+					p.keepServing(old)
+					c = old
+					goto serving
+				}
+			}
 			p.disconnects.Add(1)
 			p.log.Warn("runtime connection lost; reconnecting")
 			p.disconnect(c)

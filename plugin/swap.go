@@ -83,6 +83,14 @@ func (p *Plugin) replaceWith(ctx context.Context, old *conn, quiet bool, also *c
 	if !quiet && p.runCtx != nil {
 		stopping = p.runCtx.Done()
 	}
+	// synced: c's Synchronize returned. If it left old to close inside
+	// c's first event and old owns no register (closeRetiring), c serves
+	// from here on: old goes with c's first event, or with c (a stop,
+	// stopQuietly; c lost, Run serves old again).
+	var synced <-chan struct{}
+	if !quiet {
+		synced = c.synced
+	}
 	registered := time.Now() // the stub's Start returns once the runtime configured c
 	var queued <-chan time.Time
 	if !quiet {
@@ -105,6 +113,11 @@ func (p *Plugin) replaceWith(ctx context.Context, old *conn, quiet bool, also *c
 			stopping, syncedAtStop = nil, c.synced
 		case <-syncedAtStop:
 			return c, nil
+		case <-synced:
+			synced = nil
+			if c.adapter.retiring.Load() == old && !p.coord.OwnsCut(old.adapter.tag) {
+				return c, nil
+			}
 		case <-old.closed:
 			// Replaced; the new connection's Synchronize is returning.
 			select {
