@@ -43,7 +43,7 @@ func TestDemoRuntimeModes(t *testing.T) {
 // every one is declared. The default tables do not show the mode lines.
 func TestDemoFaults(t *testing.T) {
 	var out bytes.Buffer
-	_ = demo([]string{"-events", "600", "-handovers", "1", "-faults", "2", "-request-timeout", "200ms", "--json"}, &out)
+	demoErr := demo([]string{"-events", "600", "-handovers", "1", "-faults", "2", "-request-timeout", "200ms", "--json"}, &out)
 	var rep struct {
 		Faults           []string          `json:"faults"`
 		Unacted          int               `json:"unacted"`
@@ -73,6 +73,11 @@ func TestDemoFaults(t *testing.T) {
 	}
 	if len(rep.GapWindows) != rep.Gaps {
 		t.Errorf("%d gap windows, %d gaps", len(rep.GapWindows), rep.Gaps)
+	}
+	// A kill of the only instance leaves a gap: the events in it are lost,
+	// and the demo says so in its exit status.
+	if (rep.MissedInGap == 0) != (demoErr == nil) {
+		t.Errorf("demo returned %v with %d events missed in gap windows:\n%s", demoErr, rep.MissedInGap, strings.Join(rep.Problems, "\n"))
 	}
 	out.Reset()
 	if err := demo([]string{"-events", "300", "-handovers", "1"}, &out); err != nil {
@@ -166,6 +171,11 @@ func TestDemoFaultsInEveryMode(t *testing.T) {
 					rep.Unstamped, rep.UnstampedCaughtUp, rep.UnstampedUnseen, rep.Unprocessed, rep.MissedInGap, problems)
 			} else if rep.Unprocessed != 0 {
 				t.Logf("%d containers never handed to an author, created in a declared gap window:\n%s", rep.Unprocessed, problems)
+			}
+			// The verdict (exit status, "ok") follows the contract: events
+			// in doubt and caught up keep it, events in a gap window do not.
+			if kept := rep.MissedInGap == 0 && rep.Unprocessed == 0; kept != (err == nil) {
+				t.Errorf("demo returned %v with %d events in gap windows and %d containers unprocessed:\n%s", err, rep.MissedInGap, rep.Unprocessed, problems)
 			}
 			if rep.UnstampedCaughtUp+rep.CaughtUpChanges != rep.CaughtUp {
 				t.Errorf("%d unstamped containers and %d lifecycle changes handed to an author, the instances count %d caught up:\n%s",

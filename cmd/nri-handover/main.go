@@ -281,8 +281,13 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	fmt.Fprintf(tw, "longest single event (runtime call)\t%v\n", time.Duration(rep.MaxEventUS)*time.Microsecond)
 	tw.Flush()
 	fmt.Fprintln(out)
-	if rep.OK {
+	switch {
+	case rep.OK && rep.Unacted == 0:
 		fmt.Fprintln(out, "OK: every event was handled exactly once across all handovers.")
+		return
+	case rep.OK:
+		fmt.Fprintf(out, "OK: every event was handled exactly once, except %d declared in doubt (an owner died or froze inside it) and %d caught up (handed to the author later); none lost.\n",
+			rep.MissedInDoubt, rep.MissedCaughtUp)
 		return
 	}
 	fmt.Fprintln(out, "FAILED:")
