@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -129,8 +131,18 @@ func TestDemoFaultsInEveryMode(t *testing.T) {
 	for _, mode := range []string{"containerd", "cri-o", "gap", "exit-stop"} {
 		t.Run(mode, func(t *testing.T) {
 			var out bytes.Buffer
+			logFile := filepath.Join(t.TempDir(), "instances.log")
 			err := demo([]string{"-runtime", mode, "-faults", strconv.Itoa(faults), "-seed", "2",
-				"-events", "4000", "-handovers", "8", "-request-timeout", "300ms", "--json"}, &out)
+				"-events", "4000", "-handovers", "8", "-request-timeout", "300ms", "-log", logFile, "--json"}, &out)
+			// A failure in CI can then be read: the instances' logs of the
+			// run (a few hundred lines).
+			defer func() {
+				if t.Failed() {
+					if b, err := os.ReadFile(logFile); err == nil {
+						t.Logf("the instances' logs:\n%s", b)
+					}
+				}
+			}()
 			if err != nil && err != errGuarantee {
 				t.Fatalf("%v\n%s", err, out.String())
 			}

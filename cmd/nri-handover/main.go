@@ -156,6 +156,7 @@ func demo(args []string, out io.Writer) error {
 	requestTimeout := fs.Duration("request-timeout", 0, "the runtime's plugin request timeout (default: NRI's 2s; a frozen owner holds events up this long)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	verbose := fs.Bool("v", false, "print the instances' logs to stderr")
+	logFile := fs.String("log", "", "write the instances' logs to this file (created or truncated)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -175,9 +176,24 @@ func demo(args []string, out io.Writer) error {
 	default:
 		return fmt.Errorf("-order %q: want same or alternate", *order)
 	}
-	if *verbose {
+	switch {
+	case *logFile != "":
+		f, err := os.Create(*logFile)
+		if err != nil {
+			return fmt.Errorf("-log: %w", err)
+		}
+		defer f.Close()
+		cfg.Log = f
+		if *verbose {
+			cfg.Log = io.MultiWriter(f, os.Stderr)
+		}
+		// The NRI library logs through the standard logger: into the file
+		// too, and nowhere once the file is closed.
+		logrus.SetOutput(cfg.Log)
+		defer logrus.SetOutput(io.Discard)
+	case *verbose:
 		cfg.Log = os.Stderr
-	} else {
+	default:
 		// The NRI library logs through the standard logger.
 		logrus.SetOutput(io.Discard)
 	}
