@@ -141,8 +141,9 @@ type Decision struct {
 	// is in doubt (it is this event if InDoubt is set).
 	Overrun bool
 
-	// heirUnseen: an Overrun of rule 2 (see cutWord.heirUnseen), recordedKey the
-	// key of the event it declares; unseenMark: InDoubt from the mark of
+	// heirUnseen: an Overrun of rule 2 (see cutWord.heirUnseen); with it,
+	// and with rules 3 and 4, recordedKey is the key of the event the
+	// register recorded before this call (the one declared); unseenMark: InDoubt from the mark of
 	// an outright take by a connection that was not seen for the recorded
 	// event (takeCutLocked: after a release, or from an owner), not yet
 	// counted.
@@ -430,6 +431,7 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 			// to it (a new event with the same key is declared in doubt
 			// rather than risk acting twice).
 			dec.Overrun, dec.Promoted = true, true
+			dec.recordedKey = w.key // the event in doubt, this one or the recorded one
 			if w.key == key && !seen {
 				w.owner, w.heir, w.ownerSeen, w.heirSeen = tag, 0, true, false
 				w.inDoubt, dec.InDoubt = true, true

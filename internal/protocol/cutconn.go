@@ -268,7 +268,14 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 // Synchronize, as after a promotion (it catches up: a container created
 // in that event may be unprocessed).
 func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
-	c.log.WithFields(logrus.Fields{"conn": tag, "this_event": d.InDoubt}).
+	f := logrus.Fields{"conn": tag, "this_event": d.InDoubt}
+	if !d.skippedOwner {
+		// Rule 3: the event in doubt is the one the register recorded
+		// (the owner was inside it). Rule 4's is the one of this
+		// connection's previous call, which the register does not hold.
+		f["event_key"] = d.recordedKey
+	}
+	c.log.WithFields(f).
 		Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
 	c.countInDoubt()
 	if c.currentRole() == api.Role_ROLE_OWNER {
