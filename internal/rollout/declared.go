@@ -19,6 +19,9 @@ type Missed struct {
 	// needed: both bounds are on the safe side of what the protocol
 	// declared.
 	InGap int
+	// InGapEvents lists (first 20) the events counted in InGap, with
+	// their delivery times and window.
+	InGapEvents []string
 	// CaughtUp counts the missed container events (not declared in
 	// doubt) delivered before their container was handed to an author as
 	// unprocessed (a catch-up, plugintest.Node.CatchUps): the author
@@ -188,6 +191,10 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 		if w := m.window(d.Start); w != nil {
 			w.Missed++
 			m.InGap++
+			if len(m.InGapEvents) < 20 {
+				m.InGapEvents = append(m.InGapEvents, fmt.Sprintf("%s delivered %s-%s, in the window %s-%s declared by %s",
+					d.EventKey, stamp(d.Start), stamp(d.End), stamp(w.Start), stamp(w.End), w.Instance))
+			}
 			endRun()
 			continue
 		}

@@ -220,6 +220,9 @@ func (r *Result) Problems() []string {
 			out = append(out, fmt.Sprintf("%d of the %d events not acted on were neither declared in doubt nor caught up (%d in declared gap windows, %d undeclared)",
 				r.Report.Missed-r.Missed.InDoubt-r.Missed.CaughtUp, r.Report.Missed, r.Missed.InGap, r.Missed.UndeclaredCount))
 		}
+		for _, e := range r.Missed.InGapEvents {
+			out = append(out, "  lost in a gap window: "+e)
+		}
 	}
 	if len(r.Faults) != 0 && r.InDoubt > len(r.Faults) {
 		out = append(out, fmt.Sprintf("%d events declared in doubt after %d faults: more than one per fault", r.InDoubt, len(r.Faults)))
