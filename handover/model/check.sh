@@ -286,6 +286,14 @@ cut_correct=(
 	"cut-cp-faults|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DABANDON -DDROP -DCPTAKE -DCPMASK=9 -DMAXCP=2|-O1|20|control plane: two takes and an abandoned handler or a dropped owner"
 	"cut-cp-released-standby|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8|-O1|20|control plane: S's instance made owner while A releases and takes events back as a releaser: a released register is left to rule 5"
 	"cut-cp-released-heir|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8|-O1|22|control plane: S's instance made owner after A released with N1 heir: the take declares a gap"
+	# C12: an instance replaces its connection (R replaces S's: a catch-up,
+	# a take-back) while the owner is dropped or abandoned; the right to
+	# take over moves to R at its first call (Coordinator.takerLocked)
+	"cut-replaced-dropped|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DREPLACE -DDROP|-O1|20|C12: S's connection is being replaced by R (its Synchronize returned, not appended); the runtime drops A: S, still in the chain, takes over by rule 4 until R is called"
+	"cut-replaced-overrun|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DREPLACE -DABANDON|-O1|20|C12, rule 3: the runtime gives up on A inside its handler while R is not appended: S takes over"
+	"cut-replaced-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DREPLACE -DDROP -DINORDER|-O1|20|C12 with repeated keys, in chain order"
+	"cut-replaced-cp|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DREPLACE -DABANDON -DDROP -DCPTAKE -DCPMASK=13 -DMAXCP=2|-O1|22|C12 with the control plane's outright takes (for the connection that may take over) and a fault"
+	"cut-replaced-newcomer|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DREPLACE -DDROP|-O1|22|C12 beside a newcomer N1 (succeeds or fails) and A's drop at any moment"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -325,6 +333,8 @@ cut_broken=(
 	"cut-x27-cp-heir-gap|-DNEV=2 $rx -DSTANDBY -DRELEASE -DNO_IDLE -DCPTAKE -DCPMASK=8 -DNO_CP_HEIR_GAP|-O1|22|acts[j]>=1|control plane, the code before: A released with N1 heir; S's take between S's and N1's calls of an event: N1 skips it, nobody declares it"
 	"cut-x28-cp-released|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DRELEASE -DCPTAKE -DCPMASK=8 -DNO_CP_RULE5|-O1|20|acts[j]>=1|control plane, the code before: A released (no heir) between S's call and its own; S's take makes the releaser skip: nobody acts, nothing declared"
 	# caller.releaser (bb7709f) left out: A, released, skips the event S skipped before the release
+	# C12 as before its fix: the right moves to R when its Synchronize returns
+	"cut-x32-replaced-too-early|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DREPLACE -DDROP -DNO_MT_AT_CALL|-O1|20|acts[j]>=1|C12, the code before (NO_MT_AT_CALL; cut-replaced-dropped without the fix): R's Synchronize returned, the runtime drops A before R is appended: S, in the chain, may not take over; the events that reach it alone are missed, not declared in the register (the code declared them as a gap at R's first act)"
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"
 	"cut-x19-releaser-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DREACH_RELEASER||22|!(rls)|vacuity: the must-hold cut-released runs reach a releaser's take"

@@ -20,6 +20,8 @@
  *   - connection 2 (with N2): a second newcomer (a re-connection, a
  *     restarted new pod, ...) that claims at any time and whose Synchronize
  *     fails (N2FAIL=1, default) or may fail or succeed (N2FAIL=2);
+ *     with REPLACE instead (RULES, STANDBY): R, the replacement of the
+ *     standby's connection 3 by its own instance (see proctype Replace);
  *   - the idle rule: the heir promotes itself after the quiet interval Q if
  *     nothing was written by an event since (as designed: the events
  *     counter has not changed since its claim; FIX_QUIET_BIT: the quiet bit
@@ -399,6 +401,18 @@ inline call(c, e, k) {
 	if
 	:: closed[c] -> calling = NONE
 	:: else ->
+#if defined(REPLACE) && !defined(NO_MT_AT_CALL)
+		/* REPLACE (C12): the right to take over moves from S to its
+		 * replacement R at the runtime's first call of R
+		 * (Coordinator.takerLocked, read under the lock Decide holds
+		 * around decide) */
+		atomic {
+			if
+			:: c == 2 && !mt[2] -> mt[2] = 1; mt[3] = 0; printf("MSC: e%d: R called, it may take over, S not\n", e)
+			:: else
+			fi
+		}
+#endif
 		do
 		:: atomic {
 			/* the load of the word; for a connection that neither owns nor
@@ -681,6 +695,15 @@ inline call(c, e, k) {
 			act = 0
 		:: else
 		fi;
+#ifdef REPLACE
+		/* closeRetiring: R's event closes S, unless S owns the register */
+		atomic {
+			if
+			:: c == 2 && !closed[3] && Wowner != tag(3) -> closed[3] = 1; printf("MSC: e%d: R closes S\n", e)
+			:: else
+			fi
+		}
+#endif
 		calling = NONE
 	fi
 }
@@ -1386,6 +1409,28 @@ proctype CP() {
 }
 #endif
 
+#if defined(RULES) && defined(REPLACE)
+/* REPLACE (C12): S's instance replaces S's connection (conn 3) with R
+ * (conn 2; no N2): a catch-up after a promotion, or a take-back, whose
+ * instance has yielded meanwhile, so R does not claim the register. R's
+ * Synchronize returns (ClaimConn: the instance's newest connection), then
+ * the runtime appends it (never during an event); S stays in the chain
+ * until R's first event (closeRetiring, in call). As the code has it, the
+ * right to take over (mayTakeOver) moves to R at its first call
+ * (Coordinator.takerLocked); NO_MT_AT_CALL (broken, the code before): when
+ * its Synchronize returns (ClaimConn sets mainTag), before the append. */
+proctype Replace() {
+	atomic {
+		synced[2] = 1;
+#ifdef NO_MT_AT_CALL
+		mt[2] = 1; mt[3] = 0;
+#endif
+		printf("MSC: R synchronized\n")
+	}
+	atomic { !inEvent -> inchain[2] = 1; printf("MSC: R appended\n") }
+}
+#endif
+
 #ifdef CHECK_HEIR
 /* At the end: a newcomer whose Synchronize succeeded is owner or heir
  * unless a later newcomer succeeded too (a failed one changes nothing). */
@@ -1445,6 +1490,9 @@ init {
 #endif
 #ifdef CPTAKE
 		run CP();
+#endif
+#if defined(RULES) && defined(REPLACE)
+		run Replace();
 #endif
 	}
 }

@@ -162,11 +162,14 @@ type Coordinator struct {
 	lastHandover *api.HandoverRecord
 	watchers     map[string]*api.Instance
 	changed      chan struct{} // closed and replaced on every change of the fields above
-	// conns are this instance's runtime connections (see connState);
-	// claimTag is the connection a claim in progress is made for, mainTag
-	// the last one that claimed: a promotion outside a Synchronize takes
-	// the cut for it (see cutconn.go).
+	// conns are this instance's runtime connections (see connState;
+	// connSeq numbers them in the order they were registered); claimTag
+	// is the connection a claim in progress is made for, mainTag the last
+	// one that claimed: once the runtime has called it, it is the one that
+	// may take the cut over, and a promotion outside a Synchronize takes
+	// the cut for it (see takerLocked in cutconn.go).
 	conns             map[uint16]*connState
+	connSeq           uint64
 	claimTag, mainTag uint16
 	claimCut          cutWord         // the register before the claim in progress moved it
 	claimCutTag       uint16          // the connection it moved it for (0: not moved)

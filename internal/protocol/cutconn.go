@@ -28,8 +28,33 @@ import (
 // connection, so that an event looks its connection up once.
 type connState struct {
 	events uint64   // the events it subscribes to (1<<event kind)
+	seq    uint64   // its place in the order the instance registered its connections
 	called bool     // the runtime called it for an event (saw is set)
 	saw    sighting // what it saw at its last event (see decide)
+}
+
+// takerLocked returns the connection of this instance that may take the
+// register over (caller.mayTakeOver) and that a promotion takes it for:
+// the newest, mainTag, once the runtime has called it; until then the
+// newest one the runtime has called that is still open, which the
+// runtime has in its chain (a replaced connection stays there until its
+// successor's first event). Moved at the claim instead, before the
+// runtime appends the new connection, the right left the chain: a
+// newcomer's owner dropped meanwhile was followed by events that reached
+// only the old connection, which skipped them (docs/model.md C12; the
+// demo, -faults 10, modes gap and cri-o: 1-8 events in a gap window).
+// Call with mu.
+func (c *Coordinator) takerLocked() uint16 {
+	if main := c.conns[c.mainTag]; main != nil && main.called {
+		return c.mainTag // every event after the first
+	}
+	taker, seq := c.mainTag, uint64(0)
+	for tag, cs := range c.conns {
+		if cs.called && cs.seq > seq {
+			taker, seq = tag, cs.seq
+		}
+	}
+	return taker
 }
 
 // connEventsLocked returns the events connection tag subscribes to (0 for
@@ -57,7 +82,8 @@ func (c *Coordinator) sightingLocked(tag uint16) (sighting, bool) {
 func (c *Coordinator) Conn(events uint64) uint16 {
 	tag := c.cfg.Dir.newConnTag()
 	c.mu.Lock()
-	c.conns[tag] = &connState{events: events}
+	c.connSeq++
+	c.conns[tag] = &connState{events: events, seq: c.connSeq}
 	c.mu.Unlock()
 	return tag
 }
@@ -142,7 +168,7 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	cs := c.conns[tag] // nil: not a live connection of this instance's
 	var prev sighting
 	called := false // the runtime called tag for an event before
-	me := caller{mayTakeOver: tag == c.mainTag && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
+	me := caller{mayTakeOver: tag == c.takerLocked() && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
 		releaser: uint32(tag) == c.releasedTag.Load(), gone: gone}
 	if cs != nil {
 		prev, called, me.events = cs.saw, cs.called, cs.events
@@ -154,9 +180,11 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 		d.saw.firstCall = !called
 		cs.saw, cs.called = d.saw, true
 	}
-	if (d.Promoted || d.Act) && tag == c.gapHeir {
+	if c.gapHeir != 0 && (tag == c.gapHeir && (d.Promoted || d.Act) || d.Promoted) {
 		// An heir that claimed when no connection acted, or a connection
-		// promoted before it was in the runtime's chain, acts now.
+		// promoted before it was in the runtime's chain, acts now; or the
+		// connection it replaces, still in the chain, took over first
+		// (takerLocked): the window ends at this act either way.
 		gap.gapSince, c.gapHeir = c.gapSince, 0
 	}
 	c.mu.Unlock()
@@ -437,6 +465,11 @@ func (c *Coordinator) takeCutLocked(heir bool) (t cutTaken) { return c.moveCutLo
 // promotionFindsTakerLocked).
 func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	t.tag = c.cutTagLocked()
+	if promotion && c.claimTag == 0 {
+		// For the connection the runtime has in its chain: the newest may
+		// not be appended yet (takerLocked).
+		t.tag = c.takerLocked()
+	}
 	if t.tag == 0 {
 		return t
 	}
@@ -602,7 +635,7 @@ func (c *Coordinator) promotionFindsTakerLocked(owner uint16) bool {
 	if _, mine := c.conns[owner]; mine || owner == 0 {
 		return false
 	}
-	saw, _ := c.sightingLocked(c.mainTag)
+	saw, _ := c.sightingLocked(c.takerLocked())
 	return saw.valid && saw.owner != 0 && owner != saw.owner
 }
 

@@ -415,3 +415,68 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 		t.Fatalf("the promotion did not take the register from the lost owner: %+v", w)
 	}
 }
+
+// TestCutReplacedConnectionTakesOverUntilItsSuccessorIsCalled: instance b
+// serves through connection old (in the runtime's chain, called before)
+// and replaces it with next (a catch-up, a take-back): next's Synchronize
+// returned (it is b's newest, mainTag) but the runtime has not appended it.
+// a's owner connection is dropped; the events that follow reach old alone.
+// old takes over by rule 4 at its second call, declaring the first, and
+// acts from then on; once next is called the right to take over is
+// next's, and old (owner) acts on. Before, the right moved to next at its
+// claim and old skipped every event until next was appended (the demo,
+// -faults 10, modes gap and cri-o: 1-8 events in a gap window; model
+// finding C12, cut-x32).
+func TestCutReplacedConnectionTakesOverUntilItsSuccessorIsCalled(t *testing.T) {
+	const kind = 1 << 3
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
+	owner, old := a.Conn(kind), b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = old
+	b.mu.Unlock()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+	// Event 1: both called, the owner acts.
+	if dec := b.Decide(old, 1, kind, nil); dec.Act {
+		t.Fatalf("event 1: old acted: %+v", dec)
+	}
+	if !a.Decide(owner, 1, kind, nil).Act {
+		t.Fatal("event 1: the owner did not act")
+	}
+	a.Finish(owner, 1)
+	// b replaces old: next's Synchronize returns (ClaimConn sets mainTag).
+	next := b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = next
+	b.mu.Unlock()
+	// The runtime drops a's connection; events 2 and 3 reach old alone.
+	if dec := b.Decide(old, 2, kind, nil); dec.Act {
+		t.Fatalf("event 2: old acted at its first call after the drop: %+v", dec)
+	}
+	dec := b.Decide(old, 3, kind, nil)
+	if !dec.Act || !dec.Overrun {
+		t.Fatalf("event 3: old did not take over from the dropped owner (rule 4): %+v", dec)
+	}
+	b.Finish(old, 3)
+	if got := b.InDoubt(); got != 1 {
+		t.Errorf("in doubt %d, want 1 (event 2)", got)
+	}
+	// next appended: event 4 reaches old, then next.
+	if dec := b.Decide(old, 4, kind, nil); !dec.Act {
+		t.Fatalf("event 4: old, owner, did not act: %+v", dec)
+	}
+	b.Finish(old, 4)
+	if dec := b.Decide(next, 4, kind, nil); dec.Act {
+		t.Fatalf("event 4: next acted after old: %+v", dec)
+	}
+	b.mu.Lock()
+	taker := b.takerLocked()
+	b.mu.Unlock()
+	if taker != next {
+		t.Errorf("after next's first call the taker is %d, want next (%d)", taker, next)
+	}
+}
