@@ -386,7 +386,15 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		}
 		return nil
 	}
-	role, err := p.coord.ClaimConn(ctx, a.tag, ready)
+	// Settled as owner: the runtime applies the updates. Recorded before
+	// this instance can yield (ClaimConn's settled), these containers are
+	// not handed to a later owner's author again, that owner's included.
+	settled := func() {
+		if hasSync {
+			p.recordHanded(handed, ctrs)
+		}
+	}
+	role, err := p.coord.ClaimConn(ctx, a.tag, ready, settled)
 	if err != nil {
 		p.log.WithError(err).Warn("claim failed; this instance does not act")
 	}
@@ -403,25 +411,6 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		// Synchronize still running after the claim gave up on it may
 		// have them too: handed again rather than lost.
 		p.restoreMissed(took)
-	}
-	if err == nil && role == hapi.Role_ROLE_OWNER && hasSync {
-		// Settled: the runtime applies the updates. Recorded, these
-		// containers are not handed to a later owner's author again.
-		present := make(map[string]bool, len(ctrs))
-		for _, c := range ctrs {
-			present[c.GetId()] = true
-		}
-		by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
-		// A container not listed is stopped or removed. With removals
-		// seen (noteRemoval), a stopped one stays recorded until its
-		// removal: dropped now, its removal would look like a missed
-		// creation and it would be handed again.
-		keepStopped := p.handles.IsSet(api.Event_REMOVE_CONTAINER)
-		if rerr := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] || keepStopped }); rerr != nil {
-			p.log.WithError(rerr).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
-		} else if rerr := p.dir.DropMissed(handed); rerr != nil {
-			p.log.WithError(rerr).Warn("cannot drop the notes of the missed creations handed")
-		}
 	}
 	if errors.Is(err, protocol.ErrNotReady) {
 		// The runtime drops an instance whose Synchronize fails, as it
@@ -940,6 +929,27 @@ func (a *adapter) closeRetiring(key uint32) {
 	}
 	a.p.closeQuietly(old)
 	a.closeRetiring(key)
+}
+
+// recordHanded records the unstamped containers an author's Synchronize
+// was handed (handed; ctrs is the runtime's list), so that no later owner
+// hands them again, and drops the notes of missed creations among them.
+func (p *Plugin) recordHanded(handed []string, ctrs []*api.Container) {
+	present := make(map[string]bool, len(ctrs))
+	for _, c := range ctrs {
+		present[c.GetId()] = true
+	}
+	by := protocol.SyncedBy{Version: p.version.Original(), Instance: p.self.Id}
+	// A container not listed is stopped or removed. With removals seen
+	// (noteRemoval), a stopped one stays recorded until its removal:
+	// dropped now, its removal would look like a missed creation and it
+	// would be handed again.
+	keepStopped := p.handles.IsSet(api.Event_REMOVE_CONTAINER)
+	if err := p.dir.RecordSyncedUnstamped(handed, by, func(id string) bool { return present[id] || keepStopped }); err != nil {
+		p.log.WithError(err).Warn("cannot record the unstamped containers synchronized; a later owner sees them again")
+	} else if err := p.dir.DropMissed(handed); err != nil {
+		p.log.WithError(err).Warn("cannot drop the notes of the missed creations handed")
+	}
 }
 
 // promoteWhenIdle makes this heir connection owner of the cut if no event

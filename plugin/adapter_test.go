@@ -31,7 +31,7 @@ func TestShutdownOnlyOnTheOwner(t *testing.T) {
 	if author.calls != 0 {
 		t.Fatalf("Shutdown reached the author of a %v instance", p.Role())
 	}
-	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil); err != nil || role != hapi.Role_ROLE_OWNER {
+	if role, err := p.coord.ClaimConn(context.Background(), a.tag, nil, nil); err != nil || role != hapi.Role_ROLE_OWNER {
 		t.Fatalf("claim: %v %v", role, err)
 	}
 	// The runtime calls the connection for an event: it is in the chain

@@ -492,6 +492,12 @@ func (c *Coordinator) Claim(ctx context.Context) (api.Role, error) { return c.Cl
 // deadline passed before publishing: model finding F7). A failed newcomer
 // therefore changes nothing.
 func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context) error) (api.Role, error) {
+	return c.claimThen(ctx, ready, nil)
+}
+
+// claimThen is ClaimThen; settled, if not nil, runs once the claim settled
+// as owner with ready done, before a Yield can be granted (see yield).
+func (c *Coordinator) claimThen(ctx context.Context, ready func(context.Context) error, settled func()) (api.Role, error) {
 	start := c.clock().Now()
 	before := c.currentRole()
 	c.mu.Lock()
@@ -520,6 +526,8 @@ func (c *Coordinator) ClaimThen(ctx context.Context, ready func(context.Context)
 			}
 			// An owner that reconnected keeps its role: nobody else would
 			// own, and its other connection may still be serving.
+		} else if settled != nil {
+			settled()
 		}
 	}
 	c.setClaiming(false) // settled: a yielded owner waiting on it decides now
@@ -1022,6 +1030,7 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		wait = time.Unix(0, d).Sub(c.clock().Now())
 	}
 	deadline := c.clock().Now().Add(min(wait, maxClaimWait))
+	c.awaitOwnClaim(ctx, deadline)
 	// Wait for the event in progress for as long as the taker waits for the
 	// answer: a taker that gets none takes over by force (its claim is
 	// fenced), which is right for an owner stuck in an event.
@@ -1043,6 +1052,34 @@ func (c *Coordinator) yield(ctx context.Context, req *api.YieldRequest) *api.Yie
 		c.failpoint(StepYieldDecided)
 	}
 	return resp
+}
+
+// awaitOwnClaim waits, until deadline, while this instance is owner and a
+// claim of its own is settling (a reconnection or a catch-up: its author's
+// Synchronize is being handed the containers no instance processed, and
+// what it hands is recorded when the claim settles, claimThen's settled).
+// Yielding before that, the taker's catch-up read the record without them
+// and handed them again (the demo, mode cri-o, -faults 10 -seed 16: one
+// container handed by two instances 1.5 ms apart).
+func (c *Coordinator) awaitOwnClaim(ctx context.Context, deadline time.Time) {
+	for {
+		c.mu.Lock()
+		settling, changed := c.claiming && c.role == api.Role_ROLE_OWNER, c.changed
+		c.mu.Unlock()
+		wait := deadline.Sub(c.clock().Now())
+		if !settling || wait <= 0 {
+			return
+		}
+		wctx, cancel := withTimeout(c.clock(), ctx, wait)
+		select {
+		case <-changed:
+		case <-wctx.Done():
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // yieldLocked decides a Yield request (see yield) and returns the answer,

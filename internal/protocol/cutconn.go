@@ -139,11 +139,16 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 
 // ClaimConn is ClaimThen for the connection tag: the register follows the
 // claim (see above).
-func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(context.Context) error) (api.Role, error) {
+//
+// settled, if not nil, runs once the claim settled as owner (ready done),
+// before this instance can yield to another: what the harness records of
+// the containers ready handed (so that no later owner hands them again)
+// is then seen by any instance that claims from it.
+func (c *Coordinator) ClaimConn(ctx context.Context, tag uint16, ready func(context.Context) error, settled func()) (api.Role, error) {
 	c.mu.Lock()
 	c.claimTag = tag
 	c.mu.Unlock()
-	role, err := c.ClaimThen(ctx, ready)
+	role, err := c.claimThen(ctx, ready, settled)
 	c.mu.Lock()
 	c.claimTag = 0
 	c.mainTag = tag // the newest connection: a later promotion is for it

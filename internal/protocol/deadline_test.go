@@ -330,3 +330,55 @@ func TestReadyNotStartedPastItsDeadline(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestYieldWaitsForTheOwnersOwnClaimToSettle: an owner reconnects (a
+// catch-up): its claim runs the author's Synchronize (ready), which hands
+// the containers no instance processed, and the harness records them when
+// the claim settles (settled). A Yield that arrives meanwhile is answered
+// only after that record: granted before it, the taker's catch-up read the
+// record without them and handed them again (the demo, mode cri-o,
+// -faults 10 -seed 16).
+func TestYieldWaitsForTheOwnersOwnClaimToSettle(t *testing.T) {
+	_, a := newOwner(t, nil)
+	var (
+		mu    sync.Mutex
+		order []string
+	)
+	note := func(s string) { mu.Lock(); order = append(order, s); mu.Unlock() }
+	inReady, release := make(chan struct{}), make(chan struct{})
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := a.ClaimConn(context.Background(), a.Conn(1), func(context.Context) error {
+			close(inReady)
+			<-release
+			return nil
+		}, func() { note("settled") })
+		claimed <- err
+	}()
+	<-inReady
+	answered := make(chan *api.YieldResponse, 1)
+	go func() {
+		answered <- a.yield(context.Background(), &api.YieldRequest{
+			Taker:                 &api.Instance{Plugin: "demo", Id: "b", Version: "2.0.0", StartedUnixNano: startClock + 9},
+			ClaimDeadlineUnixNano: time.Now().Add(5 * time.Second).UnixNano(),
+		})
+		note("answered")
+	}()
+	select {
+	case resp := <-answered:
+		t.Fatalf("the Yield was answered while the owner's claim was settling: %v", resp)
+	case <-time.After(100 * time.Millisecond): // a negative: nothing may come
+	}
+	close(release)
+	if err := <-claimed; err != nil {
+		t.Fatalf("the owner's claim: %v", err)
+	}
+	if resp := <-answered; !resp.GetAccepted() {
+		t.Fatalf("the Yield after the claim settled: %v", resp)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != "settled" {
+		t.Fatalf("order %v, want the record (settled) before the answer", order)
+	}
+}

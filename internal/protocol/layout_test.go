@@ -59,7 +59,7 @@ func TestForeignPageLayoutTakesNoPart(t *testing.T) {
 	root := testRoot(t)
 	old := newInstance(t, root, "old", "1.0.0", 1, nil)
 	oldTag := old.Conn(1 << 2)
-	if r, err := old.ClaimConn(context.Background(), oldTag, nil); r != api.Role_ROLE_OWNER {
+	if r, err := old.ClaimConn(context.Background(), oldTag, nil, nil); r != api.Role_ROLE_OWNER {
 		t.Fatalf("old: role %s (%v), want owner", RoleName(r), err)
 	}
 	if d := old.Decide(oldTag, EventKey(2, "c1"), 1<<2, nil); !d.Act {
@@ -73,7 +73,7 @@ func TestForeignPageLayoutTakesNoPart(t *testing.T) {
 		t.Fatalf("LayoutErr = %v, want ErrPageLayout", err)
 	}
 	tag := nw.Conn(1 << 2)
-	role, err := nw.ClaimConn(context.Background(), tag, func(context.Context) error { return nil })
+	role, err := nw.ClaimConn(context.Background(), tag, func(context.Context) error { return nil }, nil)
 	if !errors.Is(err, ErrPageLayout) || role == api.Role_ROLE_OWNER {
 		t.Fatalf("claim on a foreign page: role %s, err %v; want not owner, ErrPageLayout", RoleName(role), err)
 	}

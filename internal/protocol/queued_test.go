@@ -33,7 +33,7 @@ func queuedPair(t *testing.T, root string) (a, b *testInstance, aTag, bTag uint1
 	ctx := context.Background()
 	a = newInstance(t, root, "a", "2.0.0", 1, NewestVersion{})
 	aTag = a.Conn(1)
-	if role, err := a.ClaimConn(ctx, aTag, nil); role != api.Role_ROLE_OWNER {
+	if role, err := a.ClaimConn(ctx, aTag, nil, nil); role != api.Role_ROLE_OWNER {
 		t.Fatalf("a: %v %v", role, err)
 	}
 	if d := actOnce(a.Coordinator, aTag, 1); !d.Act {
@@ -41,7 +41,7 @@ func queuedPair(t *testing.T, root string) (a, b *testInstance, aTag, bTag uint1
 	}
 	b = newInstance(t, root, "b", "1.0.0", 2, NewestVersion{})
 	bTag = b.Conn(1)
-	if role, _ := b.ClaimConn(ctx, bTag, nil); role != api.Role_ROLE_STANDBY {
+	if role, _ := b.ClaimConn(ctx, bTag, nil, nil); role != api.Role_ROLE_STANDBY {
 		t.Fatalf("b: %v, want standby", role)
 	}
 	if d := actOnce(b.Coordinator, bTag, 1); d.Act {
@@ -120,7 +120,7 @@ func TestLeavingOwnerYieldsToAQueuedSuccessor(t *testing.T) {
 	}
 	// The queued connection claims later in its Synchronize, as a
 	// reconnection: b keeps owning.
-	if role, err := b.ClaimConn(context.Background(), newTag, nil); role != api.Role_ROLE_OWNER {
+	if role, err := b.ClaimConn(context.Background(), newTag, nil, nil); role != api.Role_ROLE_OWNER {
 		t.Fatalf("b's queued connection claimed %v, %v", role, err)
 	}
 }
