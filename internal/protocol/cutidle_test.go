@@ -149,17 +149,7 @@ func TestCutFreshTakerOfAnOverrunDeclaresTheGap(t *testing.T) {
 		{"in-the-chain-before", true, 3, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := OpenDir(testRoot(t), "cut")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
-			owner, taker := a.Conn(kind), b.Conn(kind)
-			b.mu.Lock()
-			b.mainTag = taker // b's newest connection: it may take over
-			b.mu.Unlock()
-			d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+			_, a, b, owner, taker := newOwnerAndTaker(t, kind)
 			if !a.Decide(owner, 1, kind, nil).Act {
 				t.Fatal("the owner did not act on event 1")
 			}
@@ -200,17 +190,7 @@ func TestCutFreshTakerOfASkippedOwnerDeclaresTheGap(t *testing.T) {
 		{"in-the-chain-before", true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := OpenDir(testRoot(t), "cut")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
-			owner, taker := a.Conn(kind), b.Conn(kind)
-			b.mu.Lock()
-			b.mainTag = taker
-			b.mu.Unlock()
-			d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+			_, a, b, owner, taker := newOwnerAndTaker(t, kind)
 			if !a.Decide(owner, 1, kind, nil).Act {
 				t.Fatal("the owner did not act on event 1")
 			}
@@ -301,6 +281,25 @@ func TestCutPromotionBeforeTheAppendDeclaresTheGapWhenItActs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newOwnerAndTaker opens a register directory with two instances: a's
+// connection owner owns the register; b's connection taker is b's newest
+// (it may take over). kind is the events both subscribe to.
+func newOwnerAndTaker(t *testing.T, kind uint64) (d *Dir, a, b *Coordinator, owner, taker uint16) {
+	t.Helper()
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	a, b = newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
+	owner, taker = a.Conn(kind), b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = taker
+	b.mu.Unlock()
+	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+	return d, a, b, owner, taker
 }
 
 // newQuietCoord is a coordinator of instance id of plugin "cut" on d that
@@ -429,17 +428,7 @@ func TestPromotionLeavesTheEventsToAnInstanceThatTookOverSinceTheLoss(t *testing
 // finding C12, cut-x32).
 func TestCutReplacedConnectionTakesOverUntilItsSuccessorIsCalled(t *testing.T) {
 	const kind = 1 << 3
-	d, err := OpenDir(testRoot(t), "cut")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	a, b := newQuietCoord(t, d, "a"), newQuietCoord(t, d, "b")
-	owner, old := a.Conn(kind), b.Conn(kind)
-	b.mu.Lock()
-	b.mainTag = old
-	b.mu.Unlock()
-	d.updateCut(func(w *cutWord) bool { *w = cutWord{owner: owner}; return true })
+	_, a, b, owner, old := newOwnerAndTaker(t, kind)
 	// Event 1: both called, the owner acts.
 	if dec := b.Decide(old, 1, kind, nil); dec.Act {
 		t.Fatalf("event 1: old acted: %+v", dec)
