@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
@@ -239,6 +240,16 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// older than the record, and the listed objects it lacks can be
 	// added. Else one it lacks may have gone since the runtime listed it.
 	quiet := rec.Seq() == since
+	// lastBegun: the record's Seq when the last gap began, as far as
+	// this instance knows it. For a gap this Synchronize ends (upTo is
+	// the maximum: lifecycleGap), not declared yet, it is the Seq at the
+	// connection's Configure: no instance acted in the window, so the
+	// last change written before it was begun before the gap; the Seq
+	// noted at an earlier gap (gapSeq) is stale then.
+	lastBegun := []uint64{p.gapSeq.Load()}
+	if upTo == math.MaxUint64 {
+		lastBegun = append(lastBegun, since)
+	}
 	if upTo < since {
 		since = upTo
 	}
@@ -268,18 +279,21 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	//   - whose creation (a container created, a pod run) was the last
 	//     change any instance began before the last gap this instance
 	//     declared (the entry's Seq is the record's Seq then: noteGap),
-	//     not changed since: the instance that acted on it may have died
-	//     before the runtime was done with it (-seed 97).
+	//     or before the gap this Synchronize ends (lastBegun), not
+	//     changed since: the instance that acted on it may have died
+	//     before the runtime was done with it (-seed 97; mode gap -seed
+	//     79: a first owner's catch-up read the stale Seq of an earlier
+	//     gap, handed the stop of a container the runtime had not
+	//     listed yet, and dropped the runtime's own StartContainer).
 	// While the list lacks them they are left out of the comparison for
 	// up to settleDelay, and a follow-up catch-up compares them then
 	// (unsettled): listed by then, as any; still not listed, as gone (a
 	// pod run just before the gap and removed within it is handed its
 	// removal then).
 	inFlight := map[string]bool{}
-	lastBegun := p.gapSeq.Load()
 	for _, e := range entries {
 		if e.Pending == lifecycle.Unknown {
-			if lastBegun != 0 && e.Seq == lastBegun && justCreated(e) {
+			if e.Seq != 0 && slices.Contains(lastBegun, e.Seq) && justCreated(e) {
 				inFlight[e.Kind.String()+"/"+e.ID] = true
 			}
 			continue
