@@ -7,13 +7,15 @@
 //
 // # Parts
 //
-//   - The control plane (coordinator.go): roles (joining, standby, owner,
-//     retired), claims made inside the runtime's Synchronize, Yield and
-//     Watch over each instance's unix socket, the owner name and epochs in
-//     the plugin's handover directory (dir.go), take-back and promotion
-//     when an instance dies or hangs, a leaving owner's yield to a
-//     successor whose new connection the runtime holds back (queued.go),
-//     and the policies (policy.go).
+//   - The control plane: roles (joining, standby, owner, retired) and
+//     an instance's life (coordinator.go, stages.go), claims made inside
+//     the runtime's Synchronize (claim.go), the owner's answer to a Yield
+//     (yield.go), the Watches over each instance's unix socket and the
+//     take-back and promotion when an instance dies or hangs (watch.go),
+//     the owner name and epochs in the plugin's handover directory
+//     (dir.go), a leaving owner's yield to a successor whose new
+//     connection the runtime holds back (queued.go), and the policies
+//     (handover/policy.go).
 //   - The data plane (cut.go, cutconn.go): a 64-bit register in a page
 //     every instance maps, changed by compare-and-swap, which decides for
 //     every event which runtime connection acts. A connection keeps acting
