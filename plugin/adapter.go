@@ -307,14 +307,22 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 		if gaveUp {
 			return errors.New("the claim gave up before the catch-up")
 		}
-		if gap, upTo := p.lifecycleGap(); !gap {
+		var life []*api.ContainerUpdate
+		doubts := p.coord.InDoubt() // before the catch-up: a declaration after it is settled by the next
+		if gap, upTo := p.lifecycleGap(); gap {
+			p.doubtsSettled.Store(doubts) // the catch-up settles the changes in doubt too
+			life = p.catchUpLifecycle(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), upTo, pods, ctrs)
+		} else if p.doubtsSettled.Swap(doubts) < doubts {
 			// No window without an instance acting since the last
-			// catch-up: nothing to hand, and a list taken just before
-			// this Synchronize may lag the record (a container created
-			// but not listed yet: cri-o issue 10090).
-		} else if u := p.catchUpLifecycle(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), upTo, pods, ctrs); len(u) != 0 {
+			// catch-up: no change to compare with the list (one taken
+			// just before this Synchronize may lag the record: a
+			// container created but not listed yet, cri-o issue
+			// 10090), but a takeover declared an event in doubt.
+			life = p.catchUpInDoubt(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), pods, ctrs)
+		}
+		if len(life) != 0 {
 			handMu.Lock()
-			lifeUpdates = u // read once the claim returned, if it had not yet
+			lifeUpdates = life // read once the claim returned, if it had not yet
 			handMu.Unlock()
 		}
 		if !hasSync {
@@ -898,15 +906,24 @@ func (a *adapter) runtimeClosed() bool {
 func (p *Plugin) inDoubt(event eventKind, id string, acting bool, why string) {
 	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "acting": acting}).
 		Warn("event in doubt: " + why)
-	if h, ok := p.author.(InDoubtInterface); ok {
-		rt := p.RequestTimeout()
-		if rt <= 0 {
-			rt = api.DefaultPluginRequestTimeout
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), rt/4)
-		defer cancel()
-		h.InDoubt(ctx, event.String(), id, acting)
+	p.tellInDoubt(context.Background(), event, id, acting)
+}
+
+// tellInDoubt passes an event in doubt to the author's InDoubt, if it has
+// one, within a quarter of the runtime's request timeout: it runs inside
+// a runtime request (an event, or the Synchronize of a catch-up).
+func (p *Plugin) tellInDoubt(ctx context.Context, event eventKind, id string, acting bool) {
+	h, ok := p.author.(InDoubtInterface)
+	if !ok {
+		return
 	}
+	rt := p.RequestTimeout()
+	if rt <= 0 {
+		rt = api.DefaultPluginRequestTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, rt/4)
+	defer cancel()
+	h.InDoubt(ctx, event.String(), id, acting)
 }
 
 // end records that the event's handler returned and leaves the event

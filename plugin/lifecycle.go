@@ -309,18 +309,7 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			rec.Resolve(e.Kind, e.ID)
 			continue
 		}
-		act := p.cfg.atLeastOnce && ev != evRunPodSandbox && events.IsSet(nriEvents[ev])
-		// The protocol's register recorded this event as acted on and
-		// not finished: the takeover declares it in doubt (log, count,
-		// the author's InDoubt by key). Here it is only not handed
-		// again, or, with WithAtLeastOnce, handed.
-		p.log.WithFields(logrus.Fields{"event": ev.String(), "object": e.ID, "acting": act}).
-			Warn("lifecycle record: a change the instance acting on it died or froze inside (in doubt, declared by the takeover)")
-		if act {
-			updates = append(updates, p.handChange(ctx, lifecycle.Change{Event: nriEvents[ev], Entry: e,
-				Container: findContainer(ctrs, e.ID), Pod: findPod(pods, podOf(e))})...)
-		}
-		rec.Resolve(e.Kind, e.ID)
+		updates = append(updates, p.settleInDoubt(ctx, e, ev, events, pods, ctrs)...)
 	}
 	// The removals an earlier catch-up handed, kept in case the
 	// runtime still sent their events (see lifecycle.Entry.Late): done.
@@ -410,6 +399,60 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			continue
 		}
 		rec.Set(s.Kind, s.ID, s.PodID, s.State)
+	}
+	return updates
+}
+
+// settleInDoubt decides the change of entry e (event ev) that the
+// instance acting on it began and did not finish (it died or froze inside
+// the author's handler): in doubt. The protocol's register recorded that
+// event as acted on and not finished, and the takeover declared it (log,
+// count), by its key only when it took over at a later event. The
+// author's InDoubt hears of it here, once: an instance the runtime called
+// for this very event told it then and settled the entry (turn.record),
+// so it is not pending any more. It is not handed again, or, with
+// WithAtLeastOnce, handed (a pod's run never is: no catch-up hands a
+// creation, and no InDoubt names it here: an instance called for it
+// leaves it pending, see turn.record). ctx says plugin.CatchingUp.
+func (p *Plugin) settleInDoubt(ctx context.Context, e lifecycle.Entry, ev eventKind, events api.EventMask,
+	pods []*api.PodSandbox, ctrs []*api.Container) (updates []*api.ContainerUpdate) {
+	act := p.cfg.atLeastOnce && ev != evRunPodSandbox && events.IsSet(nriEvents[ev])
+	p.log.WithFields(logrus.Fields{"event": ev.String(), "object": e.ID, "acting": act}).
+		Warn("lifecycle record: a change the instance acting on it died or froze inside (in doubt, declared by the takeover)")
+	if ev != evRunPodSandbox {
+		p.tellInDoubt(ctx, ev, e.ID, act)
+	}
+	if act {
+		updates = p.handChange(ctx, lifecycle.Change{Event: nriEvents[ev], Entry: e,
+			Container: findContainer(ctrs, e.ID), Pod: findPod(pods, podOf(e))})
+	}
+	p.rec.Resolve(e.Kind, e.ID)
+	return updates
+}
+
+// catchUpInDoubt settles, in the Synchronize of an owner that took over
+// from an instance that died inside a handler with no window in which no
+// instance acted (so no lifecycle catch-up: see lifecycleGap), the
+// changes in doubt in the record (settleInDoubt), written before the
+// connection's Configure (since): without it, the author heard of such a
+// change, and WithAtLeastOnce handed it, only at the next gap's
+// catch-up, if one came. A creation in doubt stays pending for that
+// catch-up, which compares it with the list (see catchUpLifecycle); an
+// unstamped container is handed as unprocessed meanwhile.
+func (p *Plugin) catchUpInDoubt(ctx context.Context, events api.EventMask, since uint64, pods []*api.PodSandbox,
+	ctrs []*api.Container) (updates []*api.ContainerUpdate) {
+	if p.rec == nil {
+		return nil
+	}
+	entries, _ := p.rec.Entries()
+	ctx = context.WithValue(ctx, catchingUpKey{}, true)
+	for _, e := range olderThan(entries, since) {
+		if e.Pending == lifecycle.Unknown {
+			continue
+		}
+		if ev := pendingEvent(e); ev != evCreateContainer && ev != evRunPodSandbox {
+			updates = append(updates, p.settleInDoubt(ctx, e, ev, events, pods, ctrs)...)
+		}
 	}
 	return updates
 }

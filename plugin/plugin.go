@@ -188,6 +188,10 @@ type Plugin struct {
 	// lifeGaps is the count of gaps (gaps, and one pending) the last
 	// lifecycle catch-up covered (see lifecycleGap).
 	lifeGaps atomic.Uint64
+	// doubtsSettled is the coordinator's count of events declared in
+	// doubt (Coordinator.InDoubt) that the last lifecycle catch-up, or
+	// catchUpInDoubt, settled.
+	doubtsSettled atomic.Uint64
 	// gaps counts the gaps this instance declared (as Coordinator.Gaps,
 	// through noteGap); gapSeq is the lifecycle record's Seq when it
 	// declared the last one.

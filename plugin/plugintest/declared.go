@@ -59,6 +59,25 @@ func (d *declarations) all() []Declaration {
 	return append([]Declaration(nil), d.list...)
 }
 
+// name gives the event's name to instance's declaration of it by key (a
+// takeover at a later event), which a catch-up named to the author's
+// InDoubt: one declaration, not two. One with no key stays as it is.
+func (d *declarations) name(instance string, ev Event, id string) {
+	key, ok := ProtocolKey(ev, id)
+	if !ok {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := len(d.list) - 1; i >= 0; i-- {
+		x := &d.list[i]
+		if x.Instance == instance && !x.Gap && x.HasKey && x.Key == key && x.Event == "" {
+			x.Event, x.ID = ev, id
+			return
+		}
+	}
+}
+
 // Levels is logrus.Hook's: the declarations are warnings.
 func (d *declarations) Levels() []logrus.Level { return []logrus.Level{logrus.WarnLevel} }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -254,5 +255,154 @@ func TestFrozenOwnerDroppedThenLifecycleCatchUp(t *testing.T) {
 	must(t, err)
 	if res.ChangeDuplicates != 0 {
 		t.Fatalf("%v", res.ChangesTwice)
+	}
+}
+
+// doubtLog collects what doubtAuthors of every version were handed.
+type doubtLog struct {
+	mu            sync.Mutex
+	stops, doubts []string
+	changed       chan struct{} // closed and replaced at every add
+}
+
+func newDoubtLog() *doubtLog { return &doubtLog{changed: make(chan struct{})} }
+
+func (l *doubtLog) add(to *[]string, s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*to = append(*to, s)
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// wait waits until done holds for the stops and doubts noted so far.
+func (l *doubtLog) wait(t *testing.T, done func(stops, doubts []string) bool) {
+	t.Helper()
+	timeout := time.NewTimer(failAfter)
+	defer timeout.Stop()
+	for {
+		l.mu.Lock()
+		ok, ch := done(l.stops, l.doubts), l.changed
+		l.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout.C:
+			stops, doubts := l.read()
+			t.Fatalf("still waiting: stops %q, doubts %q", stops, doubts)
+		}
+	}
+}
+
+func (l *doubtLog) read() (stops, doubts []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.stops...), append([]string(nil), l.doubts...)
+}
+
+// doubtAuthor notes the stops it is handed (version, id, whether a
+// catch-up handed it) and the events declared to its InDoubt.
+type doubtAuthor struct {
+	lifeAuthor
+	version string
+	log     *doubtLog
+}
+
+func (a *doubtAuthor) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	a.log.add(&a.log.stops, fmt.Sprintf("%s %s caught-up=%v", a.version, c.GetId(), plugin.CatchingUp(ctx)))
+	return a.lifeAuthor.StopContainer(ctx, pod, c)
+}
+
+func (a *doubtAuthor) InDoubt(_ context.Context, event, id string, acting bool) {
+	a.log.add(&a.log.doubts, fmt.Sprintf("%s %s %s acting=%v", a.version, event, id, acting))
+}
+
+// The owner is killed inside its author's StopContainer while the
+// instance it took over from runs on as its fallback. The stop is in
+// doubt: the fallback's author hears of it once through InDoubt, and it
+// is handed to that author again with WithAtLeastOnce, not by default.
+// If the runtime called the fallback first for the stop (the usual chain
+// order), it goes on without either acting and the fallback takes over at
+// the next event; the catch-up that follows tells and hands. (Called
+// after the owner, the fallback does both for the stop itself.) Before,
+// InDoubt was called only by an instance the runtime called for the event
+// in doubt itself: a takeover at a later event told the author nothing.
+func TestOwnerKilledInsideAStopWithAFallback(t *testing.T) {
+	for _, atLeastOnce := range []bool{false, true} {
+		t.Run(fmt.Sprintf("at-least-once=%v", atLeastOnce), func(t *testing.T) {
+			log := newDoubtLog()
+			inside := make(chan string, 1)
+			release := make(chan struct{})
+			lines := newLines()
+			t.Cleanup(func() {
+				if t.Failed() {
+					lines.mu.Lock()
+					t.Log(lines.text.String())
+					lines.mu.Unlock()
+				}
+			})
+			n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
+				a := &doubtAuthor{version: v, log: log}
+				if v == "2.0.0" {
+					a.block = func(id string) {
+						inside <- id
+						<-release
+					}
+				}
+				opts := []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+				if atLeastOnce {
+					opts = append(opts, plugin.WithAtLeastOnce())
+				}
+				return a, opts
+			}})
+			t.Cleanup(func() { close(release) })
+			rt := n.Runtime()
+			ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+			defer cancel()
+			v1 := start(t, n, "1.0.0")
+			pod, err := rt.RunPod(ctx, "p")
+			must(t, err)
+			c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
+			must(t, err)
+			must(t, rt.StartContainer(ctx, c.Id))
+			v2 := start(t, n, "2.0.0") // v1 stays, retired: the fallback
+			stopped := make(chan error, 1)
+			go func() { stopped <- rt.StopContainer(ctx, c.Id) }()
+			<-inside
+			v2.Crash() // inside the author's StopContainer
+			<-stopped  // the runtime goes on without it
+			_, err = rt.RunPod(ctx, "q")
+			must(t, err)
+			log.wait(t, func(stops, doubts []string) bool {
+				return len(doubts) != 0 && (!atLeastOnce || len(stops) > 1)
+			})
+			stops, doubts := log.read()
+			want := []string{"2.0.0 " + c.Id + " caught-up=false"}
+			if atLeastOnce && len(stops) == 2 && strings.HasPrefix(stops[1], "1.0.0 "+c.Id+" ") {
+				want = append(want, stops[1]) // by the catch-up, or at the event
+			}
+			if fmt.Sprint(stops) != fmt.Sprint(want) || len(stops) != 1+map[bool]int{true: 1}[atLeastOnce] {
+				t.Errorf("stops handed %q, want v2's, then, with at least once only, v1's", stops)
+			}
+			wantDoubt := []string{fmt.Sprintf("1.0.0 StopContainer %s acting=%v", c.Id, atLeastOnce)}
+			if fmt.Sprint(doubts) != fmt.Sprint(wantDoubt) {
+				t.Errorf("InDoubt told %q, want %q", doubts, wantDoubt)
+			}
+			if st := v1.Plugin().Stats(); st.InDoubt != 1 {
+				t.Errorf("the fallback counts %d in doubt, want 1", st.InDoubt)
+			}
+			// One declaration, named by the catch-up.
+			var declared []Declaration
+			for _, d := range n.Declarations() {
+				if !d.Gap {
+					declared = append(declared, d)
+				}
+			}
+			if len(declared) != 1 || declared[0].Event != EventStopContainer || declared[0].ID != c.Id {
+				t.Errorf("declarations %+v, want one, of StopContainer %s", declared, c.Id)
+			}
+		})
 	}
 }

@@ -204,6 +204,7 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 		at := time.Now().Round(0)
 		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid})
 	}
+	in.handlers.namedInDoubt = func(ev Event, oid string) { n.declared.name(id, ev, oid) }
 	in.handlers.caughtUp = func(ev Event, oid string) {
 		at := time.Now().Round(0)
 		n.mu.Lock()

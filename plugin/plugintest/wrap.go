@@ -23,6 +23,9 @@ type handlers struct {
 	// inDoubt, if set, is told of each event in doubt the harness hands
 	// this instance (see InDoubt).
 	inDoubt func(ev Event, id string)
+	// namedInDoubt, if set, is told of each event in doubt a catch-up
+	// names (plugin.CatchingUp): the takeover declared it already.
+	namedInDoubt func(ev Event, id string)
 	// handed, if set, is told of the containers the harness hands the
 	// author's Synchronize as unprocessed.
 	handed func(ids []string)
@@ -181,9 +184,16 @@ func (h *handlers) Reconcile(ctx context.Context, p *plugin.Plugin, older []*plu
 }
 
 // InDoubt notes the declaration (the node collects them: see
-// Node.Declarations) and passes it on to the author, if it listens.
+// Node.Declarations), or, from a catch-up, names the takeover's
+// declaration of that event, and passes it on to the author, if it
+// listens.
 func (h *handlers) InDoubt(ctx context.Context, event, id string, acting bool) {
-	if h.inDoubt != nil {
+	switch {
+	case plugin.CatchingUp(ctx):
+		if h.namedInDoubt != nil {
+			h.namedInDoubt(Event(event), id)
+		}
+	case h.inDoubt != nil:
 		h.inDoubt(Event(event), id)
 	}
 	if a, ok := h.author.(plugin.InDoubtInterface); ok {
