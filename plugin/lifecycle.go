@@ -377,6 +377,30 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		}
 		rec.Set(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
 	}
+	// Pods run while no instance acted: listed, in no entry of the
+	// record (whatever its Seq: one written since the Configure was
+	// written by an act), while the record knows the node's pods
+	// (podsTracked). The runtime lists a pod once its RunPodSandbox is
+	// done; one an instance acted on was recorded before its handler
+	// ran.
+	if events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 && p.podsTracked() {
+		recorded := p.recordedPods()
+		for _, pod := range pods {
+			k := lifecycle.Pod.String() + "/" + pod.GetId()
+			if recorded[pod.GetId()] || leftOut[k] {
+				continue
+			}
+			s := rec.Begin(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+			if s.Closed() {
+				return updates
+			}
+			p.handChange(ctx, lifecycle.Change{Event: api.Event_RUN_POD_SANDBOX,
+				Entry: lifecycle.Entry{Kind: lifecycle.Pod, ID: pod.GetId()}, Pod: pod})
+			rec.EndLate(s)
+			p.caughtUpChanges.Add(1)
+			handed[k] = true
+		}
+	}
 	known := make(map[string]bool, len(entries))
 	for _, e := range entries {
 		known[e.Kind.String()+"/"+e.ID] = true
@@ -457,6 +481,47 @@ func (p *Plugin) catchUpInDoubt(ctx context.Context, events api.EventMask, since
 	return updates
 }
 
+// podsTracked reports whether the record knows every pod of the node as
+// of its entries, so that a listed pod it lacks was run while no instance
+// acted: it records pods (p.recPods), every object found room, and it
+// holds some pod (trackPods recorded the node's pods when it held none:
+// an instance of an author that handles no pod event records none).
+func (p *Plugin) podsTracked() bool {
+	return p.recPods && p.rec.Overflows() == 0 && len(p.recordedPods()) != 0
+}
+
+// recordedPods returns the ids of the pods in the record, whatever their
+// Seq.
+func (p *Plugin) recordedPods() map[string]bool {
+	entries, _ := p.rec.Entries()
+	ids := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		if e.Kind == lifecycle.Pod {
+			ids[e.ID] = true
+		}
+	}
+	return ids
+}
+
+// trackPods records the listed pods, in an owner's Synchronize, when the
+// record holds none: the first instance on the node, or the first of an
+// author that handles a pod event after instances that handled none (and
+// so recorded none). From here on the record knows the node's pods (see
+// podsTracked). A pod run while no instance acted before this is not
+// handed as a missed run: it cannot be told from one that ran before any
+// instance did. The list may be older than the record (an instance acted
+// since the Configure), but no instance recorded a pod meanwhile: one
+// removed since and recorded here is handed its removal by a later
+// catch-up, which no instance acted on either.
+func (p *Plugin) trackPods(pods []*api.PodSandbox) {
+	if p.rec == nil || !p.recPods || len(pods) == 0 || len(p.recordedPods()) != 0 {
+		return
+	}
+	for _, pod := range pods {
+		p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+	}
+}
+
 // justCreated reports whether an entry shows its object's creation as
 // its last change: a container created, a pod run.
 func justCreated(e lifecycle.Entry) bool {
@@ -494,6 +559,10 @@ func (p *Plugin) handChange(ctx context.Context, c lifecycle.Change) []*api.Cont
 		err     error
 	)
 	switch c.Event {
+	case api.Event_RUN_POD_SANDBOX:
+		if h, ok := p.author.(stub.RunPodInterface); ok {
+			err = h.RunPodSandbox(ctx, pod)
+		}
 	case api.Event_START_CONTAINER:
 		if h, ok := p.author.(stub.StartContainerInterface); ok {
 			err = h.StartContainer(ctx, pod, ctr)

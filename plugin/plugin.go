@@ -183,7 +183,7 @@ type Plugin struct {
 	// mapped for the life of the process, see release);
 	// caughtUpChanges and unrecorded are Stats'.
 	rec                         *lifecycle.Table
-	recPods                     bool // the author handles StopPodSandbox or RemovePodSandbox
+	recPods                     bool // the author handles RunPodSandbox, StopPodSandbox or RemovePodSandbox
 	caughtUpChanges, unrecorded atomic.Uint64
 	// lifeGaps is the count of gaps (gaps, and one pending) the last
 	// lifecycle catch-up covered (see lifecycleGap).
@@ -318,7 +318,8 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		return nil, err
 	}
 	pl.rec = pl.openRecord()
-	pl.recPods = handles.IsSet(api.Event_STOP_POD_SANDBOX) || handles.IsSet(api.Event_REMOVE_POD_SANDBOX)
+	pl.recPods = handles.IsSet(api.Event_RUN_POD_SANDBOX) || handles.IsSet(api.Event_STOP_POD_SANDBOX) ||
+		handles.IsSet(api.Event_REMOVE_POD_SANDBOX)
 	pl.stamper, _ = pl.signer.Stamper(v, c.instance) // on error, sign reports it per container, as before
 	pl.stampKey = pl.signer.Key()
 	failpoint, err := failpoint.FromEnv() // only in a build with tag failpoints

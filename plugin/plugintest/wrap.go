@@ -214,7 +214,7 @@ func (h *handlers) note(ctx context.Context, ev Event, id string) {
 }
 
 func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.record(EventRunPodSandbox, pod.GetId())
+	h.note(ctx, EventRunPodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.RunPodInterface); ok {
 		return a.RunPodSandbox(ctx, pod)
 	}
