@@ -16,10 +16,12 @@
 //     (dir.go), a leaving owner's yield to a successor whose new
 //     connection the runtime holds back (queued.go), and the policies
 //     (handover/policy.go).
-//   - The data plane (cut.go, cutconn.go): a 64-bit register in a page
-//     every instance maps, changed by compare-and-swap, which decides for
-//     every event which runtime connection acts. A connection keeps acting
-//     until its heir has been seen in the runtime's chain.
+//   - The data plane: a 64-bit register in a page every instance maps,
+//     changed by compare-and-swap, which decides for every event which
+//     runtime connection acts (cut.go); this instance's connections and
+//     the decision at each event (cutconn.go); the control plane's moves
+//     of the register (cutmove.go). A connection keeps acting until its
+//     heir has been seen in the runtime's chain.
 //
 // # Guarantees
 //
