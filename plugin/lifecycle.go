@@ -239,6 +239,7 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// Nobody acted since the connection's Configure: the list is not
 	// older than the record, and the listed objects it lacks can be
 	// added. Else one it lacks may have gone since the runtime listed it.
+	configured := since
 	quiet := rec.Seq() == since
 	// lastBegun: the record's Seq when the last gap began, as far as
 	// this instance knows it. For a gap this Synchronize ends (upTo is
@@ -261,6 +262,17 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		rec.Drop()
 	}
 	ctx = context.WithValue(ctx, catchingUpKey{}, true)
+	// handed: the objects a change of which was handed here, marked late
+	// (see below): the record already holds their state after it.
+	handed := map[string]bool{}
+	// Pods run while no instance acted (handMissedPodRuns), first,
+	// before anything else this catch-up does: only while no instance
+	// acted since the list.
+	if quiet && events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 {
+		if p.handMissedPodRuns(ctx, configured, pods, handed) {
+			return updates // stopping: the next owner's catch-up hands the rest (see turn.record)
+		}
+	}
 	// A change an instance began and did not finish: it died or froze
 	// inside the author's handler with no instance to take over: in
 	// doubt.
@@ -353,9 +365,6 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			Info("lifecycle catch-up: objects created just before the gap are not listed by the runtime yet; comparing them again once settled")
 	}
 	changes, sets := lifecycle.Diff(entries, pods, ctrs)
-	// handed: the objects a change of which was handed here, marked late
-	// (see below): the record already holds their state after it.
-	handed := map[string]bool{}
 	for _, c := range changes {
 		if events.IsSet(c.Event) {
 			// Pending around the call, as on the event path; late after
@@ -376,30 +385,6 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 			continue
 		}
 		rec.Set(c.Entry.Kind, c.Entry.ID, c.Entry.PodID, stateAfter(c.Event))
-	}
-	// Pods run while no instance acted: listed, in no entry of the
-	// record (whatever its Seq: one written since the Configure was
-	// written by an act), while the record knows the node's pods
-	// (podsTracked). The runtime lists a pod once its RunPodSandbox is
-	// done; one an instance acted on was recorded before its handler
-	// ran.
-	if events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 && p.podsTracked() {
-		recorded := p.recordedPods()
-		for _, pod := range pods {
-			k := lifecycle.Pod.String() + "/" + pod.GetId()
-			if recorded[pod.GetId()] || leftOut[k] {
-				continue
-			}
-			s := rec.Begin(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
-			if s.Closed() {
-				return updates
-			}
-			p.handChange(ctx, lifecycle.Change{Event: api.Event_RUN_POD_SANDBOX,
-				Entry: lifecycle.Entry{Kind: lifecycle.Pod, ID: pod.GetId()}, Pod: pod})
-			rec.EndLate(s)
-			p.caughtUpChanges.Add(1)
-			handed[k] = true
-		}
 	}
 	known := make(map[string]bool, len(entries))
 	for _, e := range entries {
@@ -479,6 +464,43 @@ func (p *Plugin) catchUpInDoubt(ctx context.Context, events api.EventMask, since
 		}
 	}
 	return updates
+}
+
+// handMissedPodRuns hands the author, as a RunPodSandbox, each pod run
+// while no instance acted: listed, and in no entry of the record, while
+// the record knows the node's pods (podsTracked) and no instance acted
+// since the runtime listed (the record's Seq is still configured, the
+// Seq at the connection's Configure, after the record was read): a pod
+// removed since, its entry dropped by the act on its removal, is listed
+// and not recorded too (the demo, mode gap: its run handed, then its
+// stop and removal by a later catch-up, all acted on already). The
+// runtime lists a pod once its RunPodSandbox is done; one an instance
+// acted on was recorded before its handler ran. Each is marked late and
+// noted in handed. It reports whether the record was closed (the
+// instance is stopping).
+func (p *Plugin) handMissedPodRuns(ctx context.Context, configured uint64, pods []*api.PodSandbox, handed map[string]bool) (closed bool) {
+	if !p.podsTracked() {
+		return false
+	}
+	recorded := p.recordedPods()
+	if p.rec.Seq() != configured {
+		return false
+	}
+	for _, pod := range pods {
+		if recorded[pod.GetId()] {
+			continue
+		}
+		s := p.rec.Begin(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+		if s.Closed() {
+			return true
+		}
+		p.handChange(ctx, lifecycle.Change{Event: api.Event_RUN_POD_SANDBOX,
+			Entry: lifecycle.Entry{Kind: lifecycle.Pod, ID: pod.GetId()}, Pod: pod})
+		p.rec.EndLate(s)
+		p.caughtUpChanges.Add(1)
+		handed[lifecycle.Pod.String()+"/"+pod.GetId()] = true
+	}
+	return false
 }
 
 // podsTracked reports whether the record knows every pod of the node as
