@@ -320,7 +320,7 @@ func (a *adapter) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs 
 			// 10090), but a takeover declared an event in doubt.
 			life = p.catchUpInDoubt(ctx, api.EventMask(a.events.Load()), a.recSeq.Load(), pods, ctrs)
 		}
-		p.trackPods(pods)
+		p.trackPods(api.EventMask(a.events.Load()), pods)
 		if len(life) != 0 {
 			handMu.Lock()
 			lifeUpdates = life // read once the claim returned, if it had not yet

@@ -409,6 +409,11 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		}
 		rec.Set(s.Kind, s.ID, s.PodID, s.State)
 	}
+	if quiet && events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 {
+		// The record now holds the listed pods and no other: the
+		// list's, with no act since it was taken.
+		rec.SetPodsTracked(true)
+	}
 	return updates
 }
 
@@ -503,13 +508,13 @@ func (p *Plugin) handMissedPodRuns(ctx context.Context, configured uint64, pods 
 	return false
 }
 
-// podsTracked reports whether the record knows every pod of the node as
-// of its entries, so that a listed pod it lacks was run while no instance
-// acted: it records pods (p.recPods), every object found room, and it
-// holds some pod (trackPods recorded the node's pods when it held none:
-// an instance of an author that handles no pod event records none).
+// podsTracked reports whether the record knows every pod of the node, so
+// that a listed pod it lacks was run while no instance acted: it records
+// pods (p.recPods), every object found room, and an owner recorded the
+// runtime's list of pods with no act since it was taken (trackPods, or a
+// quiet lifecycle catch-up), no owner that records no pod acting since.
 func (p *Plugin) podsTracked() bool {
-	return p.recPods && p.rec.Overflows() == 0 && len(p.recordedPods()) != 0
+	return p.recPods && p.rec.Overflows() == 0 && p.rec.PodsTracked()
 }
 
 // recordedPods returns the ids of the pods in the record, whatever their
@@ -525,22 +530,27 @@ func (p *Plugin) recordedPods() map[string]bool {
 	return ids
 }
 
-// trackPods records the listed pods, in an owner's Synchronize, when the
-// record holds none: the first instance on the node, or the first of an
-// author that handles a pod event after instances that handled none (and
-// so recorded none). From here on the record knows the node's pods (see
-// podsTracked). A pod run while no instance acted before this is not
-// handed as a missed run: it cannot be told from one that ran before any
-// instance did. The list may be older than the record (an instance acted
-// since the Configure), but no instance recorded a pod meanwhile: one
-// removed since and recorded here is handed its removal by a later
-// catch-up, which no instance acted on either.
-func (p *Plugin) trackPods(pods []*api.PodSandbox) {
-	if p.rec == nil || !p.recPods || len(pods) == 0 || len(p.recordedPods()) != 0 {
-		return
-	}
-	for _, pod := range pods {
-		p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+// trackPods keeps, in an owner's Synchronize, the record's word on
+// whether it knows every pod (see podsTracked). events is the
+// connection's subscription: an owner not called for RunPodSandbox
+// records no pod run, and clears it; the first owner on the node (no
+// instance has acted yet, so none acts now, and the list is the node's
+// pods) records the listed pods and sets it. A quiet lifecycle catch-up
+// sets it too (catchUpLifecycle). A pod run while no instance acted
+// before that is not handed as a missed run: it cannot be told from one
+// that ran before any instance did.
+func (p *Plugin) trackPods(events api.EventMask, pods []*api.PodSandbox) {
+	switch {
+	case p.rec == nil:
+	case !events.IsSet(api.Event_RUN_POD_SANDBOX):
+		if p.rec.PodsTracked() {
+			p.rec.SetPodsTracked(false)
+		}
+	case !p.rec.PodsTracked() && !p.coord.ActedBefore():
+		for _, pod := range pods {
+			p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+		}
+		p.rec.SetPodsTracked(true)
 	}
 }
 

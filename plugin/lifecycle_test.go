@@ -685,6 +685,7 @@ func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	var events api.EventMask
 	events.Set(api.Event_RUN_POD_SANDBOX)
 	kept, gone, missed := &api.PodSandbox{Id: "kept"}, &api.PodSandbox{Id: "gone"}, &api.PodSandbox{Id: "missed"}
+	p.rec.SetPodsTracked(true) // as the first owner on the node leaves it (trackPods)
 	p.rec.End(p.rec.Begin(lifecycle.Pod, kept.Id, "", lifecycle.Running))
 	p.rec.End(p.rec.Begin(lifecycle.Pod, gone.Id, "", lifecycle.Running))
 	listed := []*api.PodSandbox{kept, gone, missed} // missed: run while no instance acted

@@ -11,7 +11,8 @@
 //
 // Layout. The file is mapped shared by every instance, as owner.gen is
 // (internal/protocol): a 64-byte header (the layout word, the number of
-// slots, the count of objects that found no slot) and a fixed-size
+// slots, the count of objects that found no slot, the write counter,
+// whether the record knows every pod) and a fixed-size
 // open-addressing table of slots, each one state word followed by the
 // object's id and pod id. A file of another layout is not touched: Open
 // reports it (ErrLayout) and the caller runs without a record.
@@ -162,6 +163,7 @@ const (
 	offSlots     = 8
 	offOverflows = 16
 	offWrites    = 24 // the write counter (see Entry.Seq)
+	offPods      = 32 // nonzero while the record knows every pod (see PodsTracked)
 	maxID        = 64
 	slotSize     = 8 + 2 + maxID + maxID + 6 // word, lengths, ids, padding to 8
 	maxProbe     = 64
@@ -317,6 +319,37 @@ func (t *Table) Overflows() uint64 {
 		return 0
 	}
 	return atomic.LoadUint64(t.hword(offOverflows))
+}
+
+// PodsTracked reports whether the record knows every pod of the node, so
+// that a listed pod it lacks was run while no instance acted: set by
+// SetPodsTracked once an owner recorded the runtime's list of pods with
+// no act since it was taken, cleared by SetPodsTracked(false) (an owner
+// that records no pod) and by Drop.
+func (t *Table) PodsTracked() bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.mem != nil && atomic.LoadUint64(t.hword(offPods)) != 0
+}
+
+// SetPodsTracked sets or clears what PodsTracked reports.
+func (t *Table) SetPodsTracked(on bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	v := uint64(0)
+	if on {
+		v = 1
+	}
+	atomic.StoreUint64(t.hword(offPods), v)
 }
 
 func (t *Table) hword(off int) *uint64 { return (*uint64)(unsafe.Pointer(&t.mem[off])) }
@@ -662,6 +695,7 @@ func (t *Table) Drop() {
 	if t.mem == nil {
 		return
 	}
+	atomic.StoreUint64(t.hword(offPods), 0) // a pod dropped is not known any more
 	for i := 0; i < t.slots; i++ {
 		w := atomic.LoadUint64(t.word(i))
 		if w == wordEmpty || w == wordDeleted {

@@ -458,3 +458,61 @@ func TestPodRunInAGapIsCaughtUp(t *testing.T) {
 		})
 	}
 }
+
+// After an owner whose author handles no pod event acted (it records no
+// pod), the record does not know the node's pods: a later catch-up hands
+// no pod run, rather than the runs of every pod that owner lived
+// through, until a quiet catch-up has recorded the list; a pod run in a
+// gap after that is handed. (Before any instance acted, an owner's list
+// is the node's pods, and it records them: TestPodRunInAGapIsCaughtUp.)
+func TestPodRunsAfterAnOwnerThatRecordedNoPod(t *testing.T) {
+	lines := newLines()
+	t.Cleanup(func() {
+		if t.Failed() {
+			lines.mu.Lock()
+			t.Log(lines.text.String())
+			lines.mu.Unlock()
+		}
+	})
+	n := newNode(t, Config{
+		Log: lines,
+		Plugin: func(v string) (interface{}, []plugin.Option) {
+			opts := []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+			if v == "1.0.0" {
+				return &stopper{narrow: true}, opts // subscribes to StopContainer alone
+			}
+			return &podRunner{}, opts
+		},
+	})
+	rt := n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	defer cancel()
+	start(t, n, "1.0.0")
+	old, err := rt.RunPod(ctx, "old") // not recorded: 1.0.0 handles no pod event
+	must(t, err)
+	c, err := rt.CreateContainer(ctx, old.Id, "c", nil)
+	must(t, err)
+	must(t, rt.StopContainer(ctx, c.Id)) // acted on by 1.0.0: the node's pods are no longer all a list shows
+	v2, err := n.Upgrade(ctx, "2.0.0")
+	must(t, err)
+	v2.Crash()
+	first, err := rt.RunPod(ctx, "first-gap") // run in a gap the record cannot tell
+	must(t, err)
+	v3 := start(t, n, "3.0.0")
+	if got := changesSince(n, 0); len(got) != 0 {
+		t.Fatalf("catch-up handed %v; the record did not know the pods (%s ran under 1.0.0, %s in the gap)",
+			got, old.Id, first.Id)
+	}
+	v3.Crash()
+	second, err := rt.RunPod(ctx, "second-gap")
+	must(t, err)
+	start(t, n, "4.0.0")
+	if got, want := changesSince(n, 0), []string{"RunPodSandbox " + second.Id}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("second catch-up handed %v, want %v", got, want)
+	}
+	res, err := n.Check()
+	must(t, err)
+	if len(res.ChangesTwice) != 0 || res.Events.Duplicates != 0 {
+		t.Fatalf("changes twice %v, duplicates %d", res.ChangesTwice, res.Events.Duplicates)
+	}
+}
