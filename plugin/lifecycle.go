@@ -268,7 +268,7 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	// Pods run while no instance acted (handMissedPodRuns), first,
 	// before anything else this catch-up does: only while no instance
 	// acted since the list.
-	if quiet && events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 {
+	if events.IsSet(api.Event_RUN_POD_SANDBOX) && unreadable == 0 {
 		if p.handMissedPodRuns(ctx, configured, pods, handed) {
 			return updates // stopping: the next owner's catch-up hands the rest (see turn.record)
 		}
@@ -489,6 +489,17 @@ func (p *Plugin) handMissedPodRuns(ctx context.Context, configured uint64, pods 
 	}
 	recorded := p.recordedPods()
 	if p.rec.Seq() != configured {
+		// Say what cannot be told: a listed pod the record lacks was
+		// run in the window, or removed since the list.
+		unknown := 0
+		for _, pod := range pods {
+			if !recorded[pod.GetId()] {
+				unknown++
+			}
+		}
+		if unknown != 0 {
+			p.log.WithField("pods", unknown).Warn("lifecycle catch-up: listed pods the record lacks, run while no instance acted or removed since the runtime listed (an instance acted since): their runs are not handed")
+		}
 		return false
 	}
 	for _, pod := range pods {

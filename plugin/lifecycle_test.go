@@ -680,7 +680,7 @@ func (a *podRunAuthor) RunPodSandbox(_ context.Context, pod *api.PodSandbox) err
 // -faults 10, three events acted on twice.
 func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	author := &podRunAuthor{}
-	p, _ := newRecordTestPlugin(t, author, "podrun", "r1")
+	p, hook := newRecordTestPlugin(t, author, "podrun", "r1")
 	ctx := context.Background()
 	var events api.EventMask
 	events.Set(api.Event_RUN_POD_SANDBOX)
@@ -697,6 +697,15 @@ func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	author.mu.Unlock()
 	if runs != "[]" {
 		t.Fatalf("runs handed %s after an act since the list, want none", runs)
+	}
+	said := false
+	for _, e := range hook.AllEntries() {
+		if strings.HasPrefix(e.Message, "lifecycle catch-up: listed pods the record lacks") && e.Data["pods"] == 2 {
+			said = true
+		}
+	}
+	if !said {
+		t.Fatal("the two listed pods the record lacks (gone since, missed) were not said in the log")
 	}
 	// The next catch-up, with a list taken after that act, hands the run
 	// that was missed.
