@@ -149,7 +149,7 @@ func syncedAt(t *testing.T, n *procNode, since time.Time) int {
 func caughtUpKind(e sim.Event) bool {
 	switch e {
 	case sim.EventStartContainer, sim.EventStopContainer, sim.EventRemoveContainer,
-		sim.EventStopPodSandbox, sim.EventRemovePodSandbox:
+		sim.EventRunPodSandbox, sim.EventStopPodSandbox, sim.EventRemovePodSandbox:
 		return true
 	}
 	return false
