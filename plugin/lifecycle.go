@@ -255,7 +255,8 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 		since = upTo
 	}
 	entries, unreadable := rec.Entries()
-	entries = olderThan(entries, since)
+	inHand := live(entries) // changes a handler of this process is inside of
+	entries = notLive(olderThan(entries, since))
 	if unreadable != 0 {
 		p.log.WithFields(logrus.Fields{"entries": unreadable, "record": rec.Path()}).
 			Warn("lifecycle record: unreadable entries dropped: their objects' lifecycle changes in a window in which no instance acted cannot be known")
@@ -333,7 +334,7 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	}
 	if pending {
 		entries, _ = rec.Entries()
-		entries = olderThan(entries, since)
+		entries = notLive(olderThan(entries, since))
 	}
 	listed := make(map[string]bool, len(pods)+len(ctrs))
 	for _, p := range pods {
@@ -393,6 +394,9 @@ func (p *Plugin) catchUpLifecycle(ctx context.Context, events api.EventMask, sin
 	for _, s := range sets {
 		if s.Kind == lifecycle.Pod && !p.recPods && s.State != lifecycle.Removed {
 			continue // the author handles no pod change: pods are not recorded
+		}
+		if inHand[s.Kind.String()+"/"+s.ID] {
+			continue // its handler ends the change (see notLive)
 		}
 		if leftOut[s.Kind.String()+"/"+s.ID] {
 			continue // its creation's event may not be done at the runtime (see inFlight)
@@ -460,7 +464,7 @@ func (p *Plugin) catchUpInDoubt(ctx context.Context, events api.EventMask, since
 	}
 	entries, _ := p.rec.Entries()
 	ctx = context.WithValue(ctx, catchingUpKey{}, true)
-	for _, e := range olderThan(entries, since) {
+	for _, e := range notLive(olderThan(entries, since)) {
 		if e.Pending == lifecycle.Unknown {
 			continue
 		}
@@ -473,22 +477,27 @@ func (p *Plugin) catchUpInDoubt(ctx context.Context, events api.EventMask, since
 
 // handMissedPodRuns hands the author, as a RunPodSandbox, each pod run
 // while no instance acted: listed, and in no entry of the record, while
-// the record knows the node's pods (podsTracked) and no instance acted
-// since the runtime listed (the record's Seq is still configured, the
-// Seq at the connection's Configure, after the record was read): a pod
-// removed since, its entry dropped by the act on its removal, is listed
-// and not recorded too (the demo, mode gap: its run handed, then its
-// stop and removal by a later catch-up, all acted on already). The
-// runtime lists a pod once its RunPodSandbox is done; one an instance
-// acted on was recorded before its handler ran. Each is marked late and
-// noted in handed. It reports whether the record was closed (the
-// instance is stopping).
+// the record knows the node's pods (podsTracked). The runtime lists a pod
+// once its RunPodSandbox is done; one an instance acted on was recorded
+// before its handler ran. A pod removed since the runtime listed (after
+// configured, the record's Seq at the connection's Configure) is listed
+// and not recorded too, its entry dropped by the act on its removal (the
+// demo, mode gap: its run handed, then its stop and removal by a later
+// catch-up, all acted on already): such pods are known only while this
+// process made every write since (lifecycle.Table.PodsRemovedSince: a
+// promoted owner's old connection acts on, as under load it almost
+// always does), and are left out; else no run is handed, and the catch-up
+// says so. Each run handed is marked late and noted in handed. It reports
+// whether the record was closed (the instance is stopping).
 func (p *Plugin) handMissedPodRuns(ctx context.Context, configured uint64, pods []*api.PodSandbox, handed map[string]bool) (closed bool) {
 	if !p.podsTracked() {
 		return false
 	}
 	recorded := p.recordedPods()
-	if p.rec.Seq() != configured {
+	// After the record is read: a removal acted on meanwhile dropped an
+	// entry read above.
+	removed, onlyMine := p.rec.PodsRemovedSince(configured)
+	if !onlyMine {
 		// Say what cannot be told: a listed pod the record lacks was
 		// run in the window, or removed since the list.
 		unknown := 0
@@ -498,23 +507,32 @@ func (p *Plugin) handMissedPodRuns(ctx context.Context, configured uint64, pods 
 			}
 		}
 		if unknown != 0 {
-			p.log.WithField("pods", unknown).Warn("lifecycle catch-up: listed pods the record lacks, run while no instance acted or removed since the runtime listed (an instance acted since): their runs are not handed")
+			p.log.WithField("pods", unknown).Warn("lifecycle catch-up: listed pods the record lacks, run while no instance acted or removed since the runtime listed (another instance acted since): their runs are not handed")
 		}
 		return false
 	}
 	for _, pod := range pods {
-		if recorded[pod.GetId()] {
+		id := pod.GetId()
+		if recorded[id] || removed[id] {
 			continue
 		}
-		s := p.rec.Begin(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
+		s := p.rec.Begin(lifecycle.Pod, id, "", lifecycle.Running)
 		if s.Closed() {
 			return true
 		}
+		if gone, _ := p.rec.PodsRemovedSince(configured); gone[id] {
+			// This process's other connection acted on its removal
+			// between the check above and Begin (Begin then recorded it
+			// anew): the run is not handed, and the entry goes.
+			p.rec.Resolve(lifecycle.Pod, id)
+			p.rec.Set(lifecycle.Pod, id, "", lifecycle.Removed)
+			continue
+		}
 		p.handChange(ctx, lifecycle.Change{Event: api.Event_RUN_POD_SANDBOX,
-			Entry: lifecycle.Entry{Kind: lifecycle.Pod, ID: pod.GetId()}, Pod: pod})
+			Entry: lifecycle.Entry{Kind: lifecycle.Pod, ID: id}, Pod: pod})
 		p.rec.EndLate(s)
 		p.caughtUpChanges.Add(1)
-		handed[lifecycle.Pod.String()+"/"+pod.GetId()] = true
+		handed[lifecycle.Pod.String()+"/"+id] = true
 	}
 	return false
 }
@@ -570,6 +588,33 @@ func (p *Plugin) trackPods(events api.EventMask, pods []*api.PodSandbox) {
 func justCreated(e lifecycle.Entry) bool {
 	return e.Kind == lifecycle.Container && e.State == lifecycle.Created ||
 		e.Kind == lifecycle.Pod && e.State == lifecycle.Running
+}
+
+// notLive leaves out the entries whose pending change a handler of this
+// process is inside of (lifecycle.Entry.Mine): a catch-up runs while the
+// instance's other connection may act (a promoted owner's old one), and
+// such a change is neither in doubt nor a state to compare with the list;
+// the handler ends it. The record still holds the entry, so a listed
+// object it is about is not taken for one the record lacks.
+func notLive(entries []lifecycle.Entry) []lifecycle.Entry {
+	out := entries[:0]
+	for _, e := range entries {
+		if !e.Mine {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// live is the keys (kind/id) of the entries notLive leaves out.
+func live(entries []lifecycle.Entry) map[string]bool {
+	keys := map[string]bool{}
+	for _, e := range entries {
+		if e.Mine {
+			keys[e.Kind.String()+"/"+e.ID] = true
+		}
+	}
+	return keys
 }
 
 // olderThan keeps the entries written at or before seq.

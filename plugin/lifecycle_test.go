@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -672,15 +673,17 @@ func (a *podRunAuthor) RunPodSandbox(_ context.Context, pod *api.PodSandbox) err
 	return nil
 }
 
-// A catch-up hands the run of a listed pod the record lacks only if no
-// instance acted since the runtime listed: a pod run and acted on, then
-// removed and acted on after the list, is listed and not recorded too.
-// Before, its run was handed (and a later catch-up, finding it recorded
-// and not listed, handed its stop and removal): the demo, mode gap,
-// -faults 10, three events acted on twice.
+// A catch-up hands the run of a listed pod the record lacks, except one
+// removed since the runtime listed: a pod run and acted on, then removed
+// and acted on after the list, is listed and not recorded too. Before,
+// its run was handed (and a later catch-up, finding it recorded and not
+// listed, handed its stop and removal): the demo, mode gap, -faults 10,
+// three events acted on twice. The removal here is this process's own
+// act (a promoted owner's old connection acts on while its new one
+// catches up), which the record's mapping knows.
 func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	author := &podRunAuthor{}
-	p, hook := newRecordTestPlugin(t, author, "podrun", "r1")
+	p, _ := newRecordTestPlugin(t, author, "podrun", "r1")
 	ctx := context.Background()
 	var events api.EventMask
 	events.Set(api.Event_RUN_POD_SANDBOX)
@@ -691,12 +694,43 @@ func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	listed := []*api.PodSandbox{kept, gone, missed} // missed: run while no instance acted
 	configured := p.rec.Seq()
 	p.rec.End(p.rec.Begin(lifecycle.Pod, gone.Id, "", lifecycle.Removed)) // acted on after the list
+	p.rec.End(p.rec.Begin(lifecycle.Pod, "later", "", lifecycle.Running)) // and a run after the list
+	p.catchUpLifecycle(ctx, events, configured, math.MaxUint64, listed, nil)
+	author.mu.Lock()
+	defer author.mu.Unlock()
+	if got := fmt.Sprint(author.runs); got != "[missed]" {
+		t.Fatalf("runs handed %s, want [missed]", got)
+	}
+}
+
+// Another instance's act since the runtime listed leaves the catch-up
+// unable to tell a pod removed since from one run while no instance
+// acted: it hands no run, and says so; the next catch-up, with a list
+// taken after that act, hands the missed one.
+func TestCatchUpHandsNoRunAfterAnotherInstanceActedSinceTheList(t *testing.T) {
+	author := &podRunAuthor{}
+	p, hook := newRecordTestPlugin(t, author, "podrun", "r1")
+	other, err := lifecycle.Open(filepath.Dir(p.rec.Path())) // another instance's mapping
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	ctx := context.Background()
+	var events api.EventMask
+	events.Set(api.Event_RUN_POD_SANDBOX)
+	kept, gone, missed := &api.PodSandbox{Id: "kept"}, &api.PodSandbox{Id: "gone"}, &api.PodSandbox{Id: "missed"}
+	p.rec.SetPodsTracked(true)
+	p.rec.End(p.rec.Begin(lifecycle.Pod, kept.Id, "", lifecycle.Running))
+	p.rec.End(p.rec.Begin(lifecycle.Pod, gone.Id, "", lifecycle.Running))
+	listed := []*api.PodSandbox{kept, gone, missed}
+	configured := p.rec.Seq()
+	other.End(other.Begin(lifecycle.Pod, gone.Id, "", lifecycle.Removed)) // another instance, after the list
 	p.catchUpLifecycle(ctx, events, configured, math.MaxUint64, listed, nil)
 	author.mu.Lock()
 	runs := fmt.Sprint(author.runs)
 	author.mu.Unlock()
 	if runs != "[]" {
-		t.Fatalf("runs handed %s after an act since the list, want none", runs)
+		t.Fatalf("runs handed %s after another instance acted since the list, want none", runs)
 	}
 	said := false
 	for _, e := range hook.AllEntries() {
@@ -707,12 +741,78 @@ func TestCatchUpHandsNoRunOfAPodRemovedSinceTheList(t *testing.T) {
 	if !said {
 		t.Fatal("the two listed pods the record lacks (gone since, missed) were not said in the log")
 	}
-	// The next catch-up, with a list taken after that act, hands the run
-	// that was missed.
 	p.catchUpLifecycle(ctx, events, p.rec.Seq(), math.MaxUint64, []*api.PodSandbox{kept, missed}, nil)
 	author.mu.Lock()
 	defer author.mu.Unlock()
 	if got := fmt.Sprint(author.runs); got != "[missed]" {
 		t.Fatalf("runs handed %s, want [missed]", got)
 	}
+}
+
+// A change a handler of this process is inside of when a catch-up runs
+// (a promoted owner's old connection acts on while its new one catches
+// up) is live, not in doubt: the catch-up neither tells the author's
+// InDoubt nor hands it, and leaves it to its handler's end. The same
+// change left by another instance (one that died inside it) is in doubt.
+func TestCatchUpLeavesAChangeItsOwnHandlerIsInside(t *testing.T) {
+	for _, mine := range []bool{true, false} {
+		t.Run(fmt.Sprintf("mine=%v", mine), func(t *testing.T) {
+			author := &doubtAuthor{}
+			p, _ := newRecordTestPlugin(t, author, "live", "r1")
+			p.cfg.atLeastOnce = true
+			writer := p.rec
+			if !mine {
+				other, err := lifecycle.Open(filepath.Dir(p.rec.Path()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { other.Close() })
+				writer = other
+			}
+			var events api.EventMask
+			events.Set(api.Event_STOP_CONTAINER)
+			ctr := &api.Container{Id: "c1", PodSandboxId: "pod", State: api.ContainerState_CONTAINER_RUNNING}
+			writer.End(writer.Begin(lifecycle.Container, "c1", "pod", lifecycle.Created))
+			writer.End(writer.Begin(lifecycle.Container, "c1", "pod", lifecycle.Running))
+			inside := writer.Begin(lifecycle.Container, "c1", "pod", lifecycle.Stopped) // the handler runs
+			configured := p.rec.Seq()
+			p.catchUpLifecycle(context.Background(), events, configured, math.MaxUint64,
+				[]*api.PodSandbox{{Id: "pod"}}, []*api.Container{ctr})
+			author.mu.Lock()
+			got := fmt.Sprint(author.doubts, author.stops)
+			author.mu.Unlock()
+			want := "[StopContainer/c1] [c1]" // told, and handed again (at-least-once)
+			if mine {
+				want = "[] []"
+			}
+			if got != want {
+				t.Fatalf("in doubt, stops handed: %s, want %s", got, want)
+			}
+			writer.End(inside)
+			es, _ := p.rec.Entries()
+			if len(es) != 1 || es[0].State != lifecycle.Stopped || es[0].Pending != lifecycle.Unknown {
+				t.Fatalf("after the handler's end the record holds %+v, want c1 stopped", es)
+			}
+		})
+	}
+}
+
+// doubtAuthor records what InDoubt names and the stops it is handed.
+type doubtAuthor struct {
+	mu     sync.Mutex
+	doubts []string
+	stops  []string
+}
+
+func (a *doubtAuthor) StopContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stops = append(a.stops, c.GetId())
+	return nil, nil
+}
+
+func (a *doubtAuthor) InDoubt(_ context.Context, event, id string, _ bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.doubts = append(a.doubts, event+"/"+id)
 }

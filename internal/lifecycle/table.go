@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -131,6 +132,10 @@ type Entry struct {
 	// writes: compared with Table.Seq read earlier, it tells an entry
 	// written since.
 	Seq uint64
+	// Mine: Pending was begun through this Table (this process) and not
+	// ended yet: a handler of this process is inside the change, alive,
+	// and ends it. Not in doubt.
+	Mine bool
 }
 
 // Slot is where an entry is, for End.
@@ -187,11 +192,62 @@ func makeWord(k Kind, st, pend State, sum uint32) uint64 {
 
 func wordSeq(w uint64) uint64 { return w >> seqShift & seqMask }
 
-// withSeq is w stamped with the next write's sequence number. Call with
-// mu and mem mapped.
-func (t *Table) withSeq(w uint64) uint64 {
-	n := atomic.AddUint64(t.hword(offWrites), 1)
-	return w&^(seqMask<<seqShift) | (n&seqMask)<<seqShift
+// withSeq is w stamped with the next write's sequence number, noted as
+// this mapping's (see PodsRemovedSince). Call with mu and mem mapped.
+func (t *Table) withSeq(w uint64) uint64 { return stamped(w, t.nextSeq("")) }
+
+// stamped is w with the write's sequence number n.
+func stamped(w, n uint64) uint64 { return w&^(seqMask<<seqShift) | n<<seqShift }
+
+// removedPod is the pod whose removal a change to of (k, id) begins, if
+// it is one (see PodsRemovedSince).
+func removedPod(k Kind, id string, to State) string {
+	if k == Pod && to == Removed {
+		return id
+	}
+	return ""
+}
+
+// nextSeq takes the next write's sequence number for a write of this
+// mapping, which begins or makes the removal of pod if not empty. Call
+// with mu and mem mapped.
+func (t *Table) nextSeq(pod string) uint64 {
+	n := atomic.AddUint64(t.hword(offWrites), 1) & seqMask
+	t.own.wrote(n, pod)
+	return n
+}
+
+// PodsRemovedSince reports the pods whose removal this Table (this
+// process) began or made in the writes after seq (a Seq read earlier),
+// and whether it made every write to the record since: only then are
+// they all the pods removed since. A write it made is one it began,
+// whether or not it ended it; a pod's removal counts from its Begin,
+// also of a pod the record did not hold.
+func (t *Table) PodsRemovedSince(seq uint64) (pods map[string]bool, onlyMine bool) {
+	if t == nil {
+		return nil, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return nil, false
+	}
+	now := atomic.LoadUint64(t.hword(offWrites)) & seqMask
+	if now < seq {
+		return nil, false
+	}
+	seqs := t.own.seqs
+	i, _ := slices.BinarySearch(seqs, seq+1)
+	if uint64(len(seqs)-i) != now-seq {
+		return nil, false // another writer, or more of this one's than kept
+	}
+	pods = map[string]bool{}
+	for _, s := range seqs[i:] {
+		if pod, ok := t.own.podsRemoved[s]; ok {
+			pods[pod] = true
+		}
+	}
+	return pods, true
 }
 
 // Seq is the sequence number of the last write to the record (by any
@@ -216,10 +272,60 @@ func wordSum(w uint64) uint32    { return uint32(w >> 48) }
 // Table is an open record. Its methods are safe for concurrent use; a nil
 // *Table records nothing.
 type Table struct {
-	mu    sync.Mutex // serializes this mapping's writers; guards mem against Close
+	mu    sync.Mutex // serializes this mapping's writers; guards mem and own against Close
 	mem   []byte
 	slots int
 	path  string
+	own   ownWrites // what this mapping wrote: see Entry.Mine and PodsRemovedSince
+}
+
+// ownWrites is what one mapping (one process) knows of its own writes,
+// which the shared file does not say: the record's writes it made, and
+// the changes it began and has not ended. Guarded by Table.mu.
+type ownWrites struct {
+	// seqs: the sequence numbers of this mapping's latest writes, oldest
+	// first, at most maxOwnWrites; podsRemoved: those that began a pod's
+	// removal, with its id.
+	seqs        []uint64
+	podsRemoved map[uint64]string
+	// begun: the slots this mapping began a change in (Begin) and has
+	// not ended, with the word Begin wrote.
+	begun map[int]uint64
+}
+
+// maxOwnWrites bounds ownWrites.seqs: a catch-up asks about the writes
+// since its connection's Configure, a request timeout earlier, far fewer
+// than this under any load an NRI runtime sends.
+const maxOwnWrites = 4096
+
+// wrote notes this mapping's write seq, which began the removal of pod
+// if not empty. Call with mu.
+func (o *ownWrites) wrote(seq uint64, pod string) {
+	if len(o.seqs) == maxOwnWrites {
+		n := copy(o.seqs, o.seqs[maxOwnWrites/2:])
+		o.seqs = o.seqs[:n]
+		for s := range o.podsRemoved {
+			if s < o.seqs[0] {
+				delete(o.podsRemoved, s)
+			}
+		}
+	}
+	o.seqs = append(o.seqs, seq)
+	if pod != "" {
+		if o.podsRemoved == nil {
+			o.podsRemoved = map[uint64]string{}
+		}
+		o.podsRemoved[seq] = pod
+	}
+}
+
+// began notes that this mapping began a change in slot i, writing w.
+// Call with mu.
+func (o *ownWrites) began(i int, w uint64) {
+	if o.begun == nil {
+		o.begun = map[int]uint64{}
+	}
+	o.begun[i] = w
 }
 
 // Open maps the record under dir, creating it with DefaultSlots slots if
@@ -493,10 +599,11 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 	if w&lateBit != 0 && to != Unknown && wordState(w) >= to {
 		return t.beginHanded(at, w, to)
 	}
-	nw := t.withSeq(w&^(15<<8) | uint64(to&15)<<8)
+	nw := stamped(w&^(15<<8)|uint64(to&15)<<8, t.nextSeq(removedPod(k, id, to)))
 	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
 		return Slot{}
 	}
+	t.own.began(at, nw)
 	return Slot{i: at, word: nw}
 }
 
@@ -505,7 +612,10 @@ func (t *Table) Begin(k Kind, id, pod string, to State) Slot {
 // sumID(k, id). Call with mu.
 func (t *Table) beginNew(k Kind, id, pod string, to State, free int, sum uint32) Slot {
 	if to == Removed {
-		return Slot{} // nothing recorded to remove
+		if k == Pod {
+			t.nextSeq(id) // nothing to remove, but a pod goes: a write (see PodsRemovedSince)
+		}
+		return Slot{}
 	}
 	if free < 0 || len(id) > maxID || len(pod) > maxID {
 		t.overflow()
@@ -515,6 +625,7 @@ func (t *Table) beginNew(k Kind, id, pod string, to State, free int, sum uint32)
 	_, spod := t.ids(free) // (the id written is id: sum is over it)
 	nw := t.withSeq(makeWord(k, Unknown, to, sumPod(sum, spod)))
 	atomic.StoreUint64(t.word(free), nw) // last: the ids are in place
+	t.own.began(free, nw)
 	return Slot{i: free, word: nw}
 }
 
@@ -530,6 +641,7 @@ func (t *Table) beginHanded(at int, w uint64, to State) Slot {
 	if !atomic.CompareAndSwapUint64(t.word(at), w, nw) {
 		return Slot{handed: true}
 	}
+	t.own.began(at, nw)
 	return Slot{i: at, word: nw, handed: true}
 }
 
@@ -545,6 +657,7 @@ func (t *Table) EndLate(s Slot) {
 	if t.mem == nil {
 		return
 	}
+	delete(t.own.begun, s.i)
 	w := s.word
 	nw := w&^(15<<8|15<<4) | uint64(wordPending(w)&15)<<4 | lateBit
 	atomic.CompareAndSwapUint64(t.word(s.i), w, nw)
@@ -562,6 +675,7 @@ func (t *Table) End(s Slot) {
 	if t.mem == nil {
 		return
 	}
+	delete(t.own.begun, s.i)
 	t.settle(s.i, s.word)
 }
 
@@ -608,6 +722,7 @@ func (t *Table) Resolve(k Kind, id string) bool {
 	if at < 0 || wordPending(w) == Unknown {
 		return false
 	}
+	delete(t.own.begun, at)
 	return t.settle(at, w)
 }
 
@@ -647,6 +762,7 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 	}
 	var nw uint64
 	if st == Removed {
+		t.nextSeq(removedPod(k, id, st)) // a write: see PodsRemovedSince
 		nw = t.freed(at)
 	} else {
 		nw = t.withSeq(w&^(15<<8|15<<4) | uint64(st&15)<<4)
@@ -678,8 +794,10 @@ func (t *Table) Entries() (entries []Entry, unreadable int) {
 			unreadable++
 			continue
 		}
-		entries = append(entries, Entry{Kind: k, ID: string(id), PodID: string(pod),
-			State: wordState(w), Pending: wordPending(w), Late: w&lateBit != 0, Seq: wordSeq(w)})
+		e := Entry{Kind: k, ID: string(id), PodID: string(pod),
+			State: wordState(w), Pending: wordPending(w), Late: w&lateBit != 0, Seq: wordSeq(w)}
+		e.Mine = e.Pending != Unknown && t.own.begun[i] == w
+		entries = append(entries, e)
 	}
 	return entries, unreadable
 }

@@ -338,3 +338,72 @@ func BenchmarkBeginEnd(b *testing.B) {
 		a.End(a.Begin(Container, id, "pod", State(Running+State(i&1))))
 	}
 }
+
+func TestLifecyclePodsRemovedSince(t *testing.T) {
+	dir := t.TempDir()
+	a, b := open(t, dir, 64), open(t, dir, 64) // two instances' mappings
+	a.End(a.Begin(Pod, "p1", "", Running))
+	a.End(a.Begin(Pod, "p2", "", Running))
+	since := a.Seq()
+	if pods, mine := a.PodsRemovedSince(since); !mine || len(pods) != 0 {
+		t.Fatalf("no write since: %v %v, want none and only mine", pods, mine)
+	}
+	a.End(a.Begin(Pod, "p1", "", Removed))
+	a.End(a.Begin(Pod, "p9", "", Removed)) // a pod the record never held
+	a.End(a.Begin(Container, "c1", "p2", Created))
+	a.End(a.Begin(Container, "c1", "p2", Removed)) // a container is no pod
+	a.Set(Pod, "p2", "", Removed)                  // a catch-up's
+	pods, mine := a.PodsRemovedSince(since)
+	if !mine || fmt.Sprint(pods) != "map[p1:true p2:true p9:true]" {
+		t.Fatalf("after this mapping's removals: %v %v, want p1, p2, p9 and only mine", pods, mine)
+	}
+	if pods, mine := b.PodsRemovedSince(since); mine {
+		t.Fatalf("the other mapping says it made every write since: %v", pods)
+	}
+	mid := a.Seq()
+	b.End(b.Begin(Pod, "p3", "", Running))
+	if _, mine := a.PodsRemovedSince(mid); mine {
+		t.Fatal("another mapping wrote, and this one says it made every write since")
+	}
+	if pods, mine := b.PodsRemovedSince(mid); !mine || len(pods) != 0 {
+		t.Fatalf("the writer of the only write since: %v %v, want none removed and only mine", pods, mine)
+	}
+	// More writes than a mapping keeps: not known any more.
+	last := a.Seq()
+	for i := range maxOwnWrites + 1 {
+		a.End(a.Begin(Container, fmt.Sprint("c", i%8), "p", Running))
+	}
+	if _, mine := a.PodsRemovedSince(last); mine {
+		t.Fatal("more writes than kept, and this mapping says it knows them all")
+	}
+}
+
+func TestLifecycleMineIsAChangeThisMappingIsInside(t *testing.T) {
+	dir := t.TempDir()
+	a, b := open(t, dir, 64), open(t, dir, 64)
+	sa := a.Begin(Container, "ca", "p", Created)
+	b.Begin(Container, "cb", "p", Created)
+	mine := func(tb *Table) string {
+		var ids []string
+		for _, e := range entries(t, tb) {
+			if e.Mine {
+				ids = append(ids, e.ID)
+			}
+		}
+		return fmt.Sprint(ids)
+	}
+	if got := mine(a) + mine(b); got != "[ca][cb]" {
+		t.Fatalf("mine as a, as b: %s, want [ca][cb]", got)
+	}
+	a.End(sa)
+	b.Resolve(Container, "cb") // a takeover settles it
+	if got := mine(a) + mine(b); got != "[][]" {
+		t.Fatalf("mine after End and Resolve: %s, want none", got)
+	}
+	s := a.Begin(Container, "ca", "p", Running)
+	b.Set(Container, "ca", "p", Stopped) // another writer moved it on
+	if got := mine(a); got != "[]" {
+		t.Fatalf("mine after another writer moved the entry on: %s, want none", got)
+	}
+	a.End(s)
+}
