@@ -120,3 +120,32 @@ func TestTakeNotesLeavesAContainerHandedMeanwhile(t *testing.T) {
 		t.Fatalf("handed %v (notes taken %v); want ctr-2 alone: ctr-1 was handed by another instance", ids, taken)
 	}
 }
+
+// A listed container with a note that another instance takes, hands,
+// records and drops between takeNotes' read of the notes and its take is
+// not handed again: it was in the demo (mode exit-stop, -faults 10 -seed
+// 1002: two authors 1 ms apart).
+func TestTakeNotesLeavesAContainerWhoseNoteWasTakenMeanwhile(t *testing.T) {
+	p, _ := newRecordTestPlugin(t, &syncAuthor{}, "notes", "a")
+	if err := p.dir.NoteMissed("ctr-1", "b", nil); err != nil {
+		t.Fatal(err)
+	}
+	beforeTakeNote = func(id string) {
+		// Instance b hands ctr-1: takes its note, records, drops.
+		if ok, _, err := p.dir.TakeMissed(id); err != nil || !ok {
+			t.Errorf("b could not take the note of %s: %v", id, err)
+		}
+		by := protocol.SyncedBy{Version: "2.0.0", Instance: "b"}
+		if err := p.dir.RecordSyncedUnstamped([]string{id}, by, func(string) bool { return true }); err != nil {
+			t.Error(err)
+		}
+		if err := p.dir.DropMissed([]string{id}); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { beforeTakeNote = nil })
+	hand, taken := p.takeNotes([]*api.Container{{Id: "ctr-1"}}, map[string]bool{})
+	if len(hand) != 0 || len(taken) != 0 {
+		t.Fatalf("handed %v (notes taken %v); want none: another instance handed ctr-1 meanwhile", hand, taken)
+	}
+}
