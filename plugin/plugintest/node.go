@@ -42,7 +42,9 @@ type Config struct {
 	Idx string
 	// Runtime configures the node's runtime.
 	Runtime RuntimeOptions
-	// Log receives the instances' logs; nil discards them.
+	// Log receives the instances' logs and, unless Runtime.Logf is set,
+	// the runtime's lines (field component=runtime: each delivery, each
+	// Synchronize); nil discards them.
 	Log io.Writer
 }
 
@@ -77,6 +79,20 @@ func NewNode(cfg Config) (*Node, error) {
 	if cfg.Idx == "" {
 		cfg.Idx = "10"
 	}
+	log := logrus.New()
+	// Milliseconds, as the harness logs by default: a handover's steps
+	// are apart by less than a second.
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000Z07:00"})
+	log.SetOutput(io.Discard)
+	if cfg.Log != nil {
+		log.SetOutput(cfg.Log)
+	}
+	if cfg.Log != nil && cfg.Runtime.Logf == nil {
+		// The runtime's deliveries beside the instances' lines: what a
+		// failed run's log is read for.
+		rtLog := log.WithField("component", "runtime")
+		cfg.Runtime.Logf = func(format string, args ...any) { rtLog.Infof(format, args...) }
+	}
 	rt, err := StartRuntime(cfg.Runtime)
 	if err != nil {
 		return nil, err
@@ -85,14 +101,6 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		rt.Stop()
 		return nil, fmt.Errorf("plugintest: handover directory: %w", err)
-	}
-	log := logrus.New()
-	// Milliseconds, as the harness logs by default: a handover's steps
-	// are apart by less than a second.
-	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "2006-01-02T15:04:05.000Z07:00"})
-	log.SetOutput(io.Discard)
-	if cfg.Log != nil {
-		log.SetOutput(cfg.Log)
 	}
 	declared := &declarations{}
 	log.AddHook(declared)
