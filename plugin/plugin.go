@@ -1092,6 +1092,7 @@ func (p *Plugin) connectWith(ctx context.Context, setup func(*adapter)) (*conn, 
 		events := p.handles
 		events.Set(api.Event_CREATE_CONTAINER)
 		c.adapter.tag = p.coord.Conn(kindBits(events))
+		p.coord.ConnGone(c.adapter.tag, c.adapter.runtimeClosed)
 	}
 	s, err := stub.New(c.adapter, opts...)
 	if err != nil {

@@ -31,6 +31,9 @@ type connState struct {
 	seq    uint64   // its place in the order the instance registered its connections
 	called bool     // the runtime called it for an event (saw is set)
 	saw    sighting // what it saw at its last event (see decide)
+	// gone, if set, polls whether the runtime closed the connection,
+	// before the instance has read the close (see ConnGone).
+	gone func() bool
 }
 
 // takerLocked returns the connection of this instance that may take the
@@ -495,6 +498,19 @@ func (c *Coordinator) ConnEvents(tag uint16, events uint64) {
 	c.mu.Lock()
 	if cs := c.conns[tag]; cs != nil {
 		cs.events = events
+	}
+	c.mu.Unlock()
+}
+
+// ConnGone gives connection tag's poll of whether the runtime has closed
+// it (no wait: it is called with the coordinator's lock held), asked by a
+// promotion before it takes the register for that connection: a thawed
+// instance whose connection the runtime dropped while it was frozen may be
+// promoted (its successor died meanwhile) before it reads the close.
+func (c *Coordinator) ConnGone(tag uint16, gone func() bool) {
+	c.mu.Lock()
+	if cs := c.conns[tag]; cs != nil {
+		cs.gone = gone
 	}
 	c.mu.Unlock()
 }

@@ -57,14 +57,18 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 	// A claim made inside a Synchronize is for a connection the runtime
 	// has not appended yet: it becomes heir, whoever owns the register.
 	inSync := c.claimTag == tag
-	if _, live := c.conns[tag]; !live && !inSync {
+	if cs, live := c.conns[tag]; (!live || cs.gone != nil && cs.gone()) && !inSync {
 		// A promotion while the instance's newest connection is closed
-		// (reconnecting, its new one not claimed yet): nothing of this
+		// (reconnecting, its new one not claimed yet), or closed by the
+		// runtime and not read yet (a thawed instance, dropped while
+		// frozen, promoted as its successor died): nothing of this
 		// instance could act on the register. Left as it is, a survivor
-		// in the runtime's chain takes over by the cut (rule 4), and the
-		// new connection claims as heir; taken for the closed one, that
-		// survivor skipped one more event, declared (the demo, -faults 10
-		// -seed 147: two declarations for one kill).
+		// in the runtime's chain takes over by the cut (rules 3, 4), and
+		// the new connection claims as heir; taken for the closed one,
+		// that survivor skipped one more event, declared (the demo,
+		// -faults 10 -seed 147: two declarations for one kill; mode
+		// containerd -seed 82, a thawed owner: its promotion declared the
+		// event the survivor's rule 3 declared again).
 		return t
 	}
 	if inSync {
