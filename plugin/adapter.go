@@ -851,6 +851,7 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 	role := p.coord.Enter()
 	t := turn{a: a, key: protocol.EventKey(uint32(event), id)}
 	a.lastKey.Store(t.key)
+	p.recent.add(t.key, event, id)
 	stale := ctx.Err() != nil && !a.closed.Load() && a.tag != 0
 	if stale {
 		// The runtime gave up on this request before its handler could
@@ -921,6 +922,67 @@ func (p *Plugin) inDoubt(event eventKind, id string, acting bool, why string) {
 	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "acting": acting}).
 		Warn("event in doubt: " + why)
 	p.tellInDoubt(context.Background(), event, id, acting)
+}
+
+// recentCalls keeps the events the runtime called this instance's
+// connections for last (each connection's last one among them: the
+// runtime calls a plugin's connections one after another), by protocol
+// key. Its methods take mu, which no one holds for long.
+type recentCalls struct {
+	mu    sync.Mutex
+	next  int
+	calls [8]recentCall
+}
+
+type recentCall struct {
+	key   uint32
+	event eventKind
+	id    string
+}
+
+func (r *recentCalls) add(key uint32, event eventKind, id string) {
+	r.mu.Lock()
+	r.calls[r.next] = recentCall{key: key, event: event, id: id}
+	r.next = (r.next + 1) % len(r.calls)
+	r.mu.Unlock()
+}
+
+// find returns the latest call with key.
+func (r *recentCalls) find(key uint32) (recentCall, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range len(r.calls) {
+		c := r.calls[(r.next+len(r.calls)-1-i)%len(r.calls)]
+		if c.key == key && c.id != "" {
+			return c, true
+		}
+	}
+	return recentCall{}, false
+}
+
+// declaredInDoubt is the coordinator's OnInDoubt: it counts the event
+// declared in doubt and, when the declaration is of an earlier event than
+// the call that makes it (key not 0), names it to the author if this
+// instance was called for it (see namedInDoubt).
+func (p *Plugin) declaredInDoubt(key uint32) {
+	p.obs.InDoubt()
+	if key == 0 {
+		return
+	}
+	c, ok := p.recent.find(key)
+	if !ok {
+		return // never called for it: declared by its key only
+	}
+	if k, st, life := lifeEvent(c.event); life && p.rec != nil &&
+		(k == lifecycle.Container && st > lifecycle.Created || k == lifecycle.Pod && st > lifecycle.Running) {
+		// A start, stop or removal: the lifecycle record's settlement at
+		// this instance's catch-up tells it, and hands it again with
+		// WithAtLeastOnce (settleInDoubt).
+		return
+	}
+	// Not under the coordinator's hold on events, which a promotion may
+	// keep while it declares: the author's InDoubt is the author's code.
+	go p.inDoubt(c.event, c.id, false, "the instance acting on it did not finish it (it died, froze or was dropped); declared at a later moment, not handed again")
 }
 
 // tellInDoubt passes an event in doubt to the author's InDoubt, if it has

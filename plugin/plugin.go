@@ -105,10 +105,16 @@ type ReconcileInterface interface {
 // InDoubtInterface is implemented by plugins that want to hear of an event
 // whose handling is in doubt: the owner died inside its handler, so it may
 // or may not have taken effect. The instance that took over calls InDoubt
-// when the runtime hands it that event, with acting true if it then acts
-// on it (WithAtLeastOnce) and false if not (the default). event is the NRI
-// event's name (e.g. "StopContainer"), id the pod's or container's id. It
-// runs inside the runtime's request: keep it short.
+// once for that event: when the runtime hands it that event, with acting
+// true if it then acts on it (WithAtLeastOnce) and false if not (the
+// default); or, when it took over at a later event, for a start, stop or
+// removal at its catch-up (acting as above: WithAtLeastOnce hands the
+// change again), and for any other event it had been called for itself
+// (a creation, a pod's run, an update, a Post* event) at once, not acting.
+// An event it was never called for is declared by its protocol key only
+// (the log's event_key). event is the NRI event's name (e.g.
+// "StopContainer"), id the pod's or container's id. It may run inside a
+// runtime request: keep it short.
 type InDoubtInterface interface {
 	InDoubt(ctx context.Context, event, id string, acting bool)
 }
@@ -199,6 +205,9 @@ type Plugin struct {
 	// unsettled: the objects lifecycle catch-ups left out until the
 	// runtime lists them, and their follow-up catch-up.
 	unsettled unsettled
+	// recent: the events the runtime called this instance's connections
+	// for last, to name one declared in doubt later (see declaredInDoubt).
+	recent recentCalls
 
 	// missed holds, by id, the unstamped containers this instance acted
 	// on a later event of while no instance had processed them (see
@@ -343,7 +352,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 			pl.requestCatchUp()
 		},
 		OnOutcome:   pl.obs.Outcome,
-		OnInDoubt:   pl.obs.InDoubt,
+		OnInDoubt:   pl.declaredInDoubt,
 		OnGap:       pl.noteGap,
 		AtLeastOnce: c.atLeastOnce,
 	})

@@ -61,8 +61,11 @@ type Config struct {
 	OnOutcome func(o Outcome, took time.Duration)
 	// OnInDoubt, if set, is called when this instance takes over from an
 	// owner that died inside a handler: that event is in doubt (see
-	// docs/design.md). Must not block.
-	OnInDoubt func()
+	// docs/design.md). key is the event's protocol key (EventKey) when it
+	// is known and is not the event of the call that declares it (the
+	// caller of Decide names that one: Decision.InDoubt); else 0. Must not
+	// block.
+	OnInDoubt func(key uint32)
 	// OnGap, if set, is called when this instance takes over and no
 	// instance has acted for gap (since the last event acted on): events
 	// in that window reached no instance. Must not block.

@@ -249,7 +249,7 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 		// of it, and nobody recorded an event since (cutWord.unrecorded).
 		c.log.WithFields(logrus.Fields{"conn": tag, "owner_conn": d.prevOwner}).
 			Warn("in doubt: a standby was called for an event the owner was not called for (a runtime that calls only the newest connection, containerd/nri PR 281, or the owner dropped); taking over")
-		c.countInDoubt()
+		c.countInDoubt(0)
 		if !d.took {
 			c.catchUp() // a take by rule 5 follows the takeover below
 		}
@@ -264,13 +264,13 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 		if gap.gapSince.IsZero() {
 			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
 				Warn("in doubt: the owner was not called after this connection's previous event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
-			c.countInDoubt()
+			c.countInDoubt(d.recordedKey)
 		}
 		c.catchUp()
 	case d.Overrun && d.skippedHanded:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
 			Warn("in doubt: the last event this connection was called for was handed over to the heir, and the runtime dropped the heir before calling it for that event; nobody acted on it; taking over")
-		c.countInDoubt()
+		c.countInDoubt(d.recordedKey)
 		if c.currentRole() == api.Role_ROLE_OWNER {
 			c.catchUp()
 		} else {
@@ -280,20 +280,20 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 		if d.handedUnacted {
 			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
 				Warn("in doubt: the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
-			c.countInDoubt()
+			c.countInDoubt(d.recordedKey)
 		}
-		c.tookOverFromOverrun(tag, *d)
+		c.tookOverFromOverrun(tag, *d, prev)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
 			Warn("in doubt: this event has the key of the one the previous owner acted on last, before this connection took over unseen (the owner left, or the register was taken from it)")
-		c.countInDoubt()
+		c.countInDoubt(0) // this event: its caller names it (Decision.InDoubt)
 	case d.took:
 		c.log.WithField("conn", tag).Warn("nobody owned the plugin's events (the owner left without a successor seen); taking over")
 		c.followTakeover()
 	case d.InDoubt && d.Promoted:
 		// An heir after a release, with the recorded key (cut.go, case 1).
 		c.log.WithField("conn", tag).Warn("in doubt: the owner left after the event with this key; taking over")
-		c.countInDoubt()
+		c.countInDoubt(0) // this event: its caller names it
 		c.catchUp()
 	}
 }
@@ -303,17 +303,26 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 // doubt, and an instance that was not owner becomes owner outside any
 // Synchronize, as after a promotion (it catches up: a container created
 // in that event may be unprocessed).
-func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
+func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision, prev sighting) {
 	f := logrus.Fields{"conn": tag, "this_event": d.InDoubt}
-	if !d.skippedOwner {
-		// Rule 3: the event in doubt is the one the register recorded
-		// (the owner was inside it). Rule 4's is the one of this
-		// connection's previous call, which the register does not hold.
+	// Rule 3: the event in doubt is the one the register recorded (the
+	// owner was inside it). Rule 4's is the one of this connection's
+	// previous call, which the register does not hold.
+	declared := d.recordedKey
+	if d.skippedOwner {
+		declared = 0
+		if prev.valid {
+			declared = prev.key
+		}
+	} else {
 		f["event_key"] = d.recordedKey
 	}
 	c.log.WithFields(f).
 		Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
-	c.countInDoubt()
+	if d.InDoubt {
+		declared = 0 // this event: its caller names it
+	}
+	c.countInDoubt(declared)
 	if c.currentRole() == api.Role_ROLE_OWNER {
 		// An heir, owner by its claim: the event in doubt may be a
 		// CreateContainer the runtime completed without this plugin.
@@ -324,11 +333,13 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision) {
 }
 
 // countInDoubt counts an event declared in doubt (Stats.InDoubt, the
-// metric); call without mu.
-func (c *Coordinator) countInDoubt() {
+// metric) and tells Config.OnInDoubt, with the event's key if it is known
+// and the event is not the one of the call that declares it; call
+// without mu.
+func (c *Coordinator) countInDoubt(key uint32) {
 	c.inDoubt.Add(1)
 	if c.cfg.OnInDoubt != nil {
-		c.cfg.OnInDoubt()
+		c.cfg.OnInDoubt(key)
 	}
 }
 
@@ -471,7 +482,7 @@ func (c *Coordinator) reportInDoubt(t cutTaken) {
 	if t.inDoubt {
 		c.log.WithFields(logrus.Fields{"event_key": t.prev.key, "from_conn": t.prev.owner}).
 			Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
-		c.countInDoubt()
+		c.countInDoubt(t.prev.key)
 	}
 	if t.marked {
 		f := logrus.Fields{"from_conn": t.prev.owner}
@@ -479,7 +490,7 @@ func (c *Coordinator) reportInDoubt(t cutTaken) {
 			f["event_key"] = t.markKey
 		}
 		c.log.WithFields(f).Warn("in doubt: a standby was called for an event the previous owner was not called for (it died or was dropped before its turn); taking over")
-		c.countInDoubt()
+		c.countInDoubt(t.markKey)
 	}
 }
 

@@ -402,7 +402,7 @@ func (c *Coordinator) PromoteWhenIdle(ctx context.Context, tag uint16, quiet tim
 				// event: the runtime may have dropped it before that event.
 				c.log.WithFields(logrus.Fields{"conn": tag, "event_key": from0.key, "owner_conn": from0.owner}).
 					Warn("in doubt: idle, and the owner was not seen after this connection's last event, which had the key of the owner's last one; the runtime may have dropped the owner before it")
-				c.countInDoubt()
+				c.countInDoubt(from0.key)
 				c.catchUp()
 			}
 			c.cutMoved(tag, true)

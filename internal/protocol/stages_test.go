@@ -140,7 +140,7 @@ func newCheckedInstance(t *testing.T, root, id string, order int64, calls *atomi
 		OnOutcome:  func(o Outcome, _ time.Duration) { check("OnOutcome(" + string(o) + ")") },
 		OnPromoted: func(uint64) { check("OnPromoted") },
 		OnResync:   func(string) { check("OnResync") },
-		OnInDoubt:  func() { check("OnInDoubt") },
+		OnInDoubt:  func(uint32) { check("OnInDoubt") },
 		OnGap:      func(time.Duration) { check("OnGap") },
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -514,5 +515,97 @@ func TestPodRunsAfterAnOwnerThatRecordedNoPod(t *testing.T) {
 	must(t, err)
 	if len(res.ChangesTwice) != 0 || res.Events.Duplicates != 0 {
 		t.Fatalf("changes twice %v, duplicates %d", res.ChangesTwice, res.Events.Duplicates)
+	}
+}
+
+// updater is a doubtAuthor that also handles UpdateContainer and
+// RunPodSandbox, blocking in them as it does in StopContainer.
+type updater struct{ doubtAuthor }
+
+func (a *updater) UpdateContainer(ctx context.Context, _ *api.PodSandbox, c *api.Container, _ *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	if a.block != nil && !plugin.CatchingUp(ctx) {
+		a.block(c.GetId())
+	}
+	return nil, nil
+}
+
+func (a *updater) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	if a.block != nil && !plugin.CatchingUp(ctx) {
+		a.block(pod.GetId())
+	}
+	return nil
+}
+
+// The owner is killed inside an event the lifecycle record does not
+// settle (an update, a pod's run) while the instance it took over from
+// runs on as its fallback: the fallback's author hears of that event
+// once, by name, through InDoubt, not acting, whichever of the two the
+// runtime called first. Before, a fallback called first for it (the
+// usual chain order) took over at the next event and declared the event
+// in doubt by its protocol key only: the author heard nothing.
+func TestOwnerKilledInsideAnUpdateOrARunIsNamedToTheFallback(t *testing.T) {
+	for _, event := range []string{"UpdateContainer", "RunPodSandbox"} {
+		t.Run(event, func(t *testing.T) {
+			log := newDoubtLog()
+			inside := make(chan string, 1)
+			release := make(chan struct{})
+			var blocking atomic.Bool
+			lines := newLines()
+			t.Cleanup(func() {
+				if t.Failed() {
+					lines.mu.Lock()
+					t.Log(lines.text.String())
+					lines.mu.Unlock()
+				}
+			})
+			n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
+				a := &updater{doubtAuthor{version: v, log: log}}
+				if v == "2.0.0" {
+					a.block = func(id string) {
+						if blocking.Load() {
+							inside <- id
+							<-release
+						}
+					}
+				}
+				return a, []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+			}})
+			t.Cleanup(func() { close(release) })
+			rt := n.Runtime()
+			ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+			defer cancel()
+			start(t, n, "1.0.0")
+			pod, err := rt.RunPod(ctx, "p")
+			must(t, err)
+			c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
+			must(t, err)
+			must(t, rt.StartContainer(ctx, c.Id))
+			v2 := start(t, n, "2.0.0") // v1 stays, retired: the fallback
+			blocking.Store(true)
+			done := make(chan struct{})
+			id := c.Id
+			go func() {
+				defer close(done)
+				if event == "UpdateContainer" {
+					_ = rt.UpdateContainer(ctx, c.Id, 512)
+				} else {
+					_, _ = rt.RunPod(ctx, "q")
+				}
+			}()
+			id2 := <-inside
+			if event == "RunPodSandbox" {
+				id = id2
+			}
+			v2.Crash() // inside the author's handler
+			<-done     // the runtime goes on without it
+			_, err = rt.RunPod(ctx, "r")
+			must(t, err)
+			log.wait(t, func(_, doubts []string) bool { return len(doubts) != 0 })
+			_, doubts := log.read()
+			want := []string{fmt.Sprintf("1.0.0 %s %s acting=false", event, id)}
+			if fmt.Sprint(doubts) != fmt.Sprint(want) {
+				t.Errorf("InDoubt told %q, want %q", doubts, want)
+			}
+		})
 	}
 }
