@@ -12,7 +12,8 @@
 // Layout. The file is mapped shared by every instance, as owner.gen is
 // (internal/protocol): a 64-byte header (the layout word, the number of
 // slots, the count of objects that found no slot, the write counter,
-// whether the record knows every pod) and a fixed-size
+// whether the record knows every pod, the latest gap no catch-up took
+// yet) and a fixed-size
 // open-addressing table of slots, each one state word followed by the
 // object's id and pod id. A file of another layout is not touched: Open
 // reports it (ErrLayout) and the caller runs without a record.
@@ -169,6 +170,7 @@ const (
 	offOverflows = 16
 	offWrites    = 24 // the write counter (see Entry.Seq)
 	offPods      = 32 // nonzero while the record knows every pod (see PodsTracked)
+	offGap       = 40 // 1 + the Seq at the latest gap no catch-up took yet (see NoteGap)
 	maxID        = 64
 	slotSize     = 8 + 2 + maxID + maxID + 6 // word, lengths, ids, padding to 8
 	maxProbe     = 64
@@ -456,6 +458,47 @@ func (t *Table) SetPodsTracked(on bool) {
 		v = 1
 	}
 	atomic.StoreUint64(t.hword(offPods), v)
+}
+
+// NoteGap records that an instance declared a gap (a window in which no
+// instance acted) when the record's Seq was seq: the next lifecycle
+// catch-up of any owner takes it (TakeGap), also when the instance that
+// declared it yields before it made its own. A later gap's Seq replaces an
+// earlier one's.
+func (t *Table) NoteGap(seq uint64) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return
+	}
+	w := t.hword(offGap)
+	for {
+		old := atomic.LoadUint64(w)
+		if old >= seq+1 || atomic.CompareAndSwapUint64(w, old, seq+1) {
+			return
+		}
+	}
+}
+
+// TakeGap returns the Seq NoteGap noted, if a gap is noted, and clears
+// it: the caller's lifecycle catch-up covers it.
+func (t *Table) TakeGap() (seq uint64, ok bool) {
+	if t == nil {
+		return 0, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mem == nil {
+		return 0, false
+	}
+	v := atomic.SwapUint64(t.hword(offGap), 0)
+	if v == 0 {
+		return 0, false
+	}
+	return v - 1, true
 }
 
 func (t *Table) hword(off int) *uint64 { return (*uint64)(unsafe.Pointer(&t.mem[off])) }
