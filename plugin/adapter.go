@@ -1139,10 +1139,10 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 		err     error
 	)
 	if p.rec != nil {
-		if p.recPods {
+		if p.recPods && ctx.Err() == nil && !p.crashed() { // (see turn.record)
 			p.rec.Set(lifecycle.Pod, pod.GetId(), "", lifecycle.Running)
 		}
-		r, skip := t.record(evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late: skip means closed
+		r, skip := t.record(ctx, evCreateContainer, c.GetId(), pod.GetId()) // a creation is never handed late: skip means closed
 		defer r.done()
 		if skip {
 			return nil, nil, nil
@@ -1178,7 +1178,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	t := a.begin(ctx, evStopContainer, c.GetId())
 	defer t.end()
-	r, skip := t.record(evStopContainer, c.GetId(), c.GetPodSandboxId())
+	r, skip := t.record(ctx, evStopContainer, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
 	if !t.act || skip {
 		return nil, nil
@@ -1207,7 +1207,7 @@ func (a *adapter) event(ctx context.Context, event eventKind, id string, call fu
 func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string, call func() error) error {
 	t := a.begin(ctx, event, id)
 	defer t.end()
-	r, skip := t.record(event, id, pod)
+	r, skip := t.record(ctx, event, id, pod)
 	defer r.done()
 	if !t.act || skip {
 		return nil
@@ -1220,7 +1220,7 @@ func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string,
 func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
 	t := a.begin(ctx, event, c.GetId())
 	defer t.end()
-	r, skip := t.record(event, c.GetId(), c.GetPodSandboxId())
+	r, skip := t.record(ctx, event, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
 	if !t.act || skip {
 		return nil
