@@ -97,12 +97,13 @@ func lifeEvent(ev eventKind) (lifecycle.Kind, lifecycle.State, bool) {
 //     was killed, handed again 1.3 s later.)
 //   - the runtime gave up on the request (its context ended: the instance
 //     was frozen between the decision and here, and the runtime went on
-//     without it), or the test kit killed the instance: a write now would
-//     come after other instances' acts on the object's later events, and
-//     bring back an entry they removed (the demo, mode exit-stop, -faults
-//     10 -seed 3076: a killed owner's RunPodSandbox recorded after the
-//     pod's stop and removal were acted on, both handed again by a later
-//     catch-up). The takeover declares the event in doubt.
+//     without it): a write now would come after other instances' acts on
+//     the object's later events, and bring back an entry they removed (the
+//     demo, mode exit-stop, -faults 10 -seed 3076: an owner killed by the
+//     kit, whose handler ran on, recorded the RunPodSandbox it was inside
+//     after the pod's stop and removal were acted on, both handed again by
+//     a later catch-up; the kit now closes a killed instance's record at
+//     once). The takeover declares the event in doubt.
 //
 // An event this connection does not act on but declared in doubt (the
 // owner died inside it) is recorded as decided at once: it is not handed
@@ -119,7 +120,7 @@ func (t turn) record(ctx context.Context, ev eventKind, id, pod string) (r recor
 	if !ok {
 		return recording{}, false
 	}
-	if t.act && (ctx.Err() != nil || t.a.p.crashed()) {
+	if t.act && ctx.Err() != nil {
 		t.a.p.gaveUp(ev, id)
 		return recording{}, true
 	}
@@ -138,7 +139,7 @@ func (t turn) record(ctx context.Context, ev eventKind, id, pod string) (r recor
 	if s.Handed() {
 		t.a.p.handedBefore(ev, id)
 	}
-	return recording{rec: rec, slot: s, p: t.a.p}, s.Handed()
+	return recording{rec: rec, slot: s}, s.Handed()
 }
 
 // handedBefore logs a lifecycle change that a catch-up handed to the
@@ -155,18 +156,12 @@ func (p *Plugin) handedBefore(ev eventKind, id string) {
 type recording struct {
 	rec  *lifecycle.Table
 	slot lifecycle.Slot
-	p    *Plugin
 }
 
 // done ends the change once the author's handler returned (lifecycle.Table.End:
-// nothing for none). An instance the test kit killed meanwhile ends
-// nothing, as a killed process would not: the change stays pending, in
-// doubt.
-func (r recording) done() {
-	if r.rec != nil && !r.p.crashed() {
-		r.rec.End(r.slot)
-	}
-}
+// nothing for none, or once the record is closed: an instance the test kit
+// killed meanwhile ends nothing, as a killed process would not).
+func (r recording) done() { r.rec.End(r.slot) }
 
 // eventOfChange is the harness's event kind of a missed change's NRI event.
 func eventOfChange(e api.Event) eventKind {

@@ -338,6 +338,11 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 	// The test kit may freeze this instance at the protocol's steps, or
 	// crash it (nil outside the kit).
 	pl.hook = kithook.Lookup(dir.InstanceSocket(c.instance))
+	// Killed by the kit, the instance writes no more to the lifecycle
+	// record, as a killed process would not: a handler that runs on would
+	// record after the acts of the instances that took over (see
+	// turn.record).
+	pl.hook.OnCrash(func() { _ = pl.rec.Close() })
 	failpoint = kithook.Step(pl.hook, failpoint)
 	pl.coord, err = protocol.New(protocol.Config{
 		Failpoint:    failpoint,

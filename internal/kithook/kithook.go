@@ -22,9 +22,22 @@ type Instance struct {
 	dead    chan struct{} // closed by Crash
 	kill    sync.Once
 
-	mu     sync.Mutex
-	thawed chan struct{}                    // nil when not frozen; closed by Thaw or Crash
-	wrap   func(net.Conn) (net.Conn, error) // see WrapConn
+	mu      sync.Mutex
+	thawed  chan struct{}                    // nil when not frozen; closed by Thaw or Crash
+	wrap    func(net.Conn) (net.Conn, error) // see WrapConn
+	onCrash []func()                         // see OnCrash
+}
+
+// OnCrash registers f to run when the instance crashes, right after it is
+// marked crashed: what a killed process's memory stops doing at once (its
+// writes to shared files) goes through it.
+func (h *Instance) OnCrash(f func()) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.onCrash = append(h.onCrash, f)
 }
 
 var registry sync.Map // handover socket path -> *Instance
@@ -86,6 +99,12 @@ func (h *Instance) Crash() {
 	}
 	h.crashed.Store(true)
 	h.kill.Do(func() { close(h.dead) })
+	h.mu.Lock()
+	fs := h.onCrash
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
 	h.Thaw()
 }
 
