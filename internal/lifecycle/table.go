@@ -226,14 +226,10 @@ func (t *Table) nextSeq(pod string) uint64 {
 // whether or not it ended it; a pod's removal counts from its Begin,
 // also of a pod the record did not hold.
 func (t *Table) PodsRemovedSince(seq uint64) (pods map[string]bool, onlyMine bool) {
-	if t == nil {
+	if !t.lock() {
 		return nil, false
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return nil, false
-	}
 	now := atomic.LoadUint64(t.hword(offWrites)) & seqMask
 	if now < seq {
 		return nil, false
@@ -255,14 +251,10 @@ func (t *Table) PodsRemovedSince(seq uint64) (pods map[string]bool, onlyMine boo
 // Seq is the sequence number of the last write to the record (by any
 // instance): an entry whose Seq is larger was written after it.
 func (t *Table) Seq() uint64 {
-	if t == nil {
+	if !t.lock() {
 		return 0
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return 0
-	}
 	return atomic.LoadUint64(t.hword(offWrites)) & seqMask
 }
 
@@ -400,14 +392,10 @@ func (t *Table) Slots() int { return t.slots }
 
 // Close unmaps the record; the file stays.
 func (t *Table) Close() error {
-	if t == nil {
+	if !t.lock() {
 		return nil
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return nil
-	}
 	err := unix.Munmap(t.mem)
 	t.mem = nil
 	return err
@@ -418,14 +406,10 @@ func (t *Table) Close() error {
 // bound, or an id longer than 64 bytes. Their lifecycle changes in a gap
 // cannot be known.
 func (t *Table) Overflows() uint64 {
-	if t == nil {
+	if !t.lock() {
 		return 0
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return 0
-	}
 	return atomic.LoadUint64(t.hword(offOverflows))
 }
 
@@ -445,14 +429,10 @@ func (t *Table) PodsTracked() bool {
 
 // SetPodsTracked sets or clears what PodsTracked reports.
 func (t *Table) SetPodsTracked(on bool) {
-	if t == nil {
+	if !t.lock() {
 		return
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return
-	}
 	v := uint64(0)
 	if on {
 		v = 1
@@ -466,14 +446,10 @@ func (t *Table) SetPodsTracked(on bool) {
 // declared it yields before it made its own. A later gap's Seq replaces an
 // earlier one's.
 func (t *Table) NoteGap(seq uint64) {
-	if t == nil {
+	if !t.lock() {
 		return
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return
-	}
 	w := t.hword(offGap)
 	for {
 		old := atomic.LoadUint64(w)
@@ -486,19 +462,29 @@ func (t *Table) NoteGap(seq uint64) {
 // TakeGap returns the Seq NoteGap noted, if a gap is noted, and clears
 // it: the caller's lifecycle catch-up covers it.
 func (t *Table) TakeGap() (seq uint64, ok bool) {
-	if t == nil {
+	if !t.lock() {
 		return 0, false
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return 0, false
-	}
 	v := atomic.SwapUint64(t.hword(offGap), 0)
 	if v == 0 {
 		return 0, false
 	}
 	return v - 1, true
+}
+
+// lock takes mu and reports whether the record is mapped (not nil, not
+// closed); if it is, the caller unlocks mu.
+func (t *Table) lock() bool {
+	if t == nil {
+		return false
+	}
+	t.mu.Lock()
+	if t.mem == nil {
+		t.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 func (t *Table) hword(off int) *uint64 { return (*uint64)(unsafe.Pointer(&t.mem[off])) }
@@ -753,14 +739,10 @@ func (t *Table) freed(i int) uint64 {
 // decided it (acted on it again, or declared it in doubt and did not).
 // It reports whether there was such a change.
 func (t *Table) Resolve(k Kind, id string) bool {
-	if t == nil {
+	if !t.lock() {
 		return false
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return false
-	}
 	at, w, _, _ := t.find(k, id)
 	if at < 0 || wordPending(w) == Unknown {
 		return false
@@ -775,14 +757,10 @@ func (t *Table) Resolve(k Kind, id string) bool {
 // stopped); Set to an earlier state than the recorded one does nothing.
 // It reports false if the object could not be recorded.
 func (t *Table) Set(k Kind, id, pod string, st State) bool {
-	if t == nil {
+	if !t.lock() {
 		return false
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return false
-	}
 	at, w, free, sum := t.find(k, id)
 	if at < 0 {
 		if st == Removed {
@@ -818,14 +796,10 @@ func (t *Table) Set(k Kind, id, pod string, st State) bool {
 // (a state word whose checksum does not match its ids: a write this
 // build cannot explain). The order is the table's.
 func (t *Table) Entries() (entries []Entry, unreadable int) {
-	if t == nil {
+	if !t.lock() {
 		return nil, 0
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return nil, 0
-	}
 	for i := 0; i < t.slots; i++ {
 		w := atomic.LoadUint64(t.word(i))
 		if w == wordEmpty || w == wordDeleted {
@@ -848,14 +822,10 @@ func (t *Table) Entries() (entries []Entry, unreadable int) {
 // Drop frees every unreadable slot (see Entries); the catch-up calls it
 // once it has declared them.
 func (t *Table) Drop() {
-	if t == nil {
+	if !t.lock() {
 		return
 	}
-	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.mem == nil {
-		return
-	}
 	atomic.StoreUint64(t.hword(offPods), 0) // a pod dropped is not known any more
 	for i := 0; i < t.slots; i++ {
 		w := atomic.LoadUint64(t.word(i))

@@ -336,14 +336,7 @@ func TestOwnerKilledInsideAStopWithAFallback(t *testing.T) {
 			log := newDoubtLog()
 			inside := make(chan string, 1)
 			release := make(chan struct{})
-			lines := newLines()
-			t.Cleanup(func() {
-				if t.Failed() {
-					lines.mu.Lock()
-					t.Log(lines.text.String())
-					lines.mu.Unlock()
-				}
-			})
+			lines := linesShownOnFailure(t)
 			n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
 				a := &doubtAuthor{version: v, log: log}
 				if v == "2.0.0" {
@@ -467,14 +460,7 @@ func TestPodRunInAGapIsCaughtUp(t *testing.T) {
 // gap after that is handed. (Before any instance acted, an owner's list
 // is the node's pods, and it records them: TestPodRunInAGapIsCaughtUp.)
 func TestPodRunsAfterAnOwnerThatRecordedNoPod(t *testing.T) {
-	lines := newLines()
-	t.Cleanup(func() {
-		if t.Failed() {
-			lines.mu.Lock()
-			t.Log(lines.text.String())
-			lines.mu.Unlock()
-		}
-	})
+	lines := linesShownOnFailure(t)
 	n := newNode(t, Config{
 		Log: lines,
 		Plugin: func(v string) (interface{}, []plugin.Option) {
@@ -550,14 +536,7 @@ func TestOwnerKilledInsideAnUpdateOrARunIsNamedToTheFallback(t *testing.T) {
 			inside := make(chan string, 1)
 			release := make(chan struct{})
 			var blocking atomic.Bool
-			lines := newLines()
-			t.Cleanup(func() {
-				if t.Failed() {
-					lines.mu.Lock()
-					t.Log(lines.text.String())
-					lines.mu.Unlock()
-				}
-			})
+			lines := linesShownOnFailure(t)
 			n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
 				a := &updater{doubtAuthor{version: v, log: log}}
 				if v == "2.0.0" {
@@ -608,4 +587,17 @@ func TestOwnerKilledInsideAnUpdateOrARunIsNamedToTheFallback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// linesShownOnFailure returns a node log that the test prints if it fails.
+func linesShownOnFailure(t *testing.T) *lines {
+	l := newLines()
+	t.Cleanup(func() {
+		if t.Failed() {
+			l.mu.Lock()
+			t.Log(l.text.String())
+			l.mu.Unlock()
+		}
+	})
+	return l
 }
