@@ -846,12 +846,14 @@ type turn struct {
 // A connection that was closed never acts: the NRI stub may still run a
 // handler for a request the runtime has already given up on (the runtime
 // went on to the next plugin when the connection closed).
-func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
+func (a *adapter) begin(ctx context.Context, call recentCall) turn {
 	p := a.p
+	event, id := call.event, call.id
 	role := p.coord.Enter()
 	t := turn{a: a, key: protocol.EventKey(uint32(event), id)}
 	a.lastKey.Store(t.key)
-	p.recent.add(t.key, event, id)
+	call.key = t.key
+	p.recent.add(call)
 	stale := ctx.Err() != nil && !a.closed.Load() && a.tag != 0
 	if stale {
 		// The runtime gave up on this request before its handler could
@@ -889,6 +891,9 @@ func (a *adapter) begin(ctx context.Context, event eventKind, id string) turn {
 	case t.act:
 		p.acted.Add(1)
 		p.obs.Event(event, resultActed)
+		if p.owed.pending() {
+			a.handOwed(ctx) // events in doubt this instance owes (WithAtLeastOnce), before this one
+		}
 	case !stale: // (a stale request is no call of the runtime's any more: logged above)
 		p.skip(event, id, role)
 	}
@@ -922,67 +927,6 @@ func (p *Plugin) inDoubt(event eventKind, id string, acting bool, why string) {
 	p.log.WithFields(logrus.Fields{"event": event.String(), "object": id, "acting": acting}).
 		Warn("event in doubt: " + why)
 	p.tellInDoubt(context.Background(), event, id, acting)
-}
-
-// recentCalls keeps the events the runtime called this instance's
-// connections for last (each connection's last one among them: the
-// runtime calls a plugin's connections one after another), by protocol
-// key. Its methods take mu, which no one holds for long.
-type recentCalls struct {
-	mu    sync.Mutex
-	next  int
-	calls [8]recentCall
-}
-
-type recentCall struct {
-	key   uint32
-	event eventKind
-	id    string
-}
-
-func (r *recentCalls) add(key uint32, event eventKind, id string) {
-	r.mu.Lock()
-	r.calls[r.next] = recentCall{key: key, event: event, id: id}
-	r.next = (r.next + 1) % len(r.calls)
-	r.mu.Unlock()
-}
-
-// find returns the latest call with key.
-func (r *recentCalls) find(key uint32) (recentCall, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range len(r.calls) {
-		c := r.calls[(r.next+len(r.calls)-1-i)%len(r.calls)]
-		if c.key == key && c.id != "" {
-			return c, true
-		}
-	}
-	return recentCall{}, false
-}
-
-// declaredInDoubt is the coordinator's OnInDoubt: it counts the event
-// declared in doubt and, when the declaration is of an earlier event than
-// the call that makes it (key not 0), names it to the author if this
-// instance was called for it (see namedInDoubt).
-func (p *Plugin) declaredInDoubt(key uint32) {
-	p.obs.InDoubt()
-	if key == 0 {
-		return
-	}
-	c, ok := p.recent.find(key)
-	if !ok {
-		return // never called for it: declared by its key only
-	}
-	if k, st, life := lifeEvent(c.event); life && p.rec != nil &&
-		(k == lifecycle.Container && st > lifecycle.Created || k == lifecycle.Pod && st > lifecycle.Running) {
-		// A start, stop or removal: the lifecycle record's settlement at
-		// this instance's catch-up tells it, and hands it again with
-		// WithAtLeastOnce (settleInDoubt).
-		return
-	}
-	// Not under the coordinator's hold on events, which a promotion may
-	// keep while it declares: the author's InDoubt is the author's code.
-	go p.inDoubt(c.event, c.id, false, "the instance acting on it did not finish it (it died, froze or was dropped); declared at a later moment, not handed again")
 }
 
 // tellInDoubt passes an event in doubt to the author's InDoubt, if it has
@@ -1108,7 +1052,7 @@ func (p *Plugin) skip(event eventKind, id string, role hapi.Role) {
 // it and no other instance stamped it already, then adds the stamp.
 func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	p := a.p
-	t := a.begin(ctx, evCreateContainer, c.GetId())
+	t := a.begin(ctx, recentCall{event: evCreateContainer, id: c.GetId(), pod: pod, ctr: c})
 	defer t.end()
 	if !t.act {
 		if late := a.lateOlder.Load(); late != nil {
@@ -1166,7 +1110,7 @@ func (a *adapter) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	t := a.begin(ctx, evUpdateContainer, c.GetId())
+	t := a.begin(ctx, recentCall{event: evUpdateContainer, id: c.GetId(), pod: pod, ctr: c, res: r})
 	defer t.end()
 	if !t.act {
 		return nil, nil
@@ -1176,7 +1120,7 @@ func (a *adapter) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
-	t := a.begin(ctx, evStopContainer, c.GetId())
+	t := a.begin(ctx, recentCall{event: evStopContainer, id: c.GetId(), pod: pod, ctr: c})
 	defer t.end()
 	r, skip := t.record(ctx, evStopContainer, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
@@ -1188,7 +1132,7 @@ func (a *adapter) StopContainer(ctx context.Context, pod *api.PodSandbox, c *api
 }
 
 func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
-	t := a.begin(ctx, evUpdatePodSandbox, pod.GetId())
+	t := a.begin(ctx, recentCall{event: evUpdatePodSandbox, id: pod.GetId(), pod: pod, res: res, overhead: overhead})
 	defer t.end()
 	if !t.act {
 		return nil
@@ -1196,29 +1140,29 @@ func (a *adapter) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ove
 	return a.p.author.(stub.UpdatePodInterface).UpdatePodSandbox(ctx, pod, overhead, res)
 }
 
-// event gates an event whose only result is an error; id names the pod or
-// container it is about.
-func (a *adapter) event(ctx context.Context, event eventKind, id string, call func() error) error {
-	return a.podEvent(ctx, event, id, "", call)
+// event gates an event whose only result is an error: call names it and
+// the pod or container it is about.
+func (a *adapter) event(ctx context.Context, call recentCall, run func() error) error {
+	return a.podEvent(ctx, call, "", run)
 }
 
 // podEvent is event for an event the lifecycle record keeps (turn.record):
 // pod is a container's pod id.
-func (a *adapter) podEvent(ctx context.Context, event eventKind, id, pod string, call func() error) error {
-	t := a.begin(ctx, event, id)
+func (a *adapter) podEvent(ctx context.Context, call recentCall, pod string, run func() error) error {
+	t := a.begin(ctx, call)
 	defer t.end()
-	r, skip := t.record(ctx, event, id, pod)
+	r, skip := t.record(ctx, call.event, call.id, pod)
 	defer r.done()
 	if !t.act || skip {
 		return nil
 	}
-	return call()
+	return run()
 }
 
 // containerEvent is event for a later event of container c: acted on, it
 // also notes a missed creation (noteMissedCreation).
-func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Container, call func() error) error {
-	t := a.begin(ctx, event, c.GetId())
+func (a *adapter) containerEvent(ctx context.Context, event eventKind, pod *api.PodSandbox, c *api.Container, run func() error) error {
+	t := a.begin(ctx, recentCall{event: event, id: c.GetId(), pod: pod, ctr: c})
 	defer t.end()
 	r, skip := t.record(ctx, event, c.GetId(), c.GetPodSandboxId())
 	defer r.done()
@@ -1226,59 +1170,59 @@ func (a *adapter) containerEvent(ctx context.Context, event eventKind, c *api.Co
 		return nil
 	}
 	a.noteMissedCreation(event, c)
-	return call()
+	return run()
 }
 
 func (a *adapter) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(ctx, evRunPodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, recentCall{event: evRunPodSandbox, id: pod.GetId(), pod: pod}, func() error {
 		return a.p.author.(stub.RunPodInterface).RunPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(ctx, evPostUpdatePodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, recentCall{event: evPostUpdatePodSandbox, id: pod.GetId(), pod: pod}, func() error {
 		return a.p.author.(stub.PostUpdatePodInterface).PostUpdatePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(ctx, evStopPodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, recentCall{event: evStopPodSandbox, id: pod.GetId(), pod: pod}, func() error {
 		return a.p.author.(stub.StopPodInterface).StopPodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	return a.event(ctx, evRemovePodSandbox, pod.GetId(), func() error {
+	return a.event(ctx, recentCall{event: evRemovePodSandbox, id: pod.GetId(), pod: pod}, func() error {
 		return a.p.author.(stub.RemovePodInterface).RemovePodSandbox(ctx, pod)
 	})
 }
 
 func (a *adapter) StartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent(ctx, evStartContainer, c, func() error {
+	return a.containerEvent(ctx, evStartContainer, pod, c, func() error {
 		return a.p.author.(stub.StartContainerInterface).StartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent(ctx, evPostCreateContainer, c, func() error {
+	return a.containerEvent(ctx, evPostCreateContainer, pod, c, func() error {
 		return a.p.author.(stub.PostCreateContainerInterface).PostCreateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent(ctx, evPostStartContainer, c, func() error {
+	return a.containerEvent(ctx, evPostStartContainer, pod, c, func() error {
 		return a.p.author.(stub.PostStartContainerInterface).PostStartContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.containerEvent(ctx, evPostUpdateContainer, c, func() error {
+	return a.containerEvent(ctx, evPostUpdateContainer, pod, c, func() error {
 		return a.p.author.(stub.PostUpdateContainerInterface).PostUpdateContainer(ctx, pod, c)
 	})
 }
 
 func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	return a.podEvent(ctx, evRemoveContainer, c.GetId(), c.GetPodSandboxId(), func() error {
+	return a.podEvent(ctx, recentCall{event: evRemoveContainer, id: c.GetId(), pod: pod, ctr: c}, c.GetPodSandboxId(), func() error {
 		a.noteRemoval(c)
 		return a.p.author.(stub.RemoveContainerInterface).RemoveContainer(ctx, pod, c)
 	})
@@ -1288,7 +1232,7 @@ func (a *adapter) RemoveContainer(ctx context.Context, pod *api.PodSandbox, c *a
 // validator on the owner only; the other instances accept, so the owner's
 // verdict is the plugin's.
 func (a *adapter) ValidateContainerAdjustment(ctx context.Context, req *api.ValidateContainerAdjustmentRequest) error {
-	return a.event(ctx, evValidateContainerAdjustment, req.GetContainer().GetId(), func() error {
+	return a.event(ctx, recentCall{event: evValidateContainerAdjustment, id: req.GetContainer().GetId()}, func() error {
 		return a.p.author.(stub.ValidateContainerAdjustmentInterface).ValidateContainerAdjustment(ctx, req)
 	})
 }

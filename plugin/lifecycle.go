@@ -19,13 +19,17 @@ import (
 type catchingUpKey struct{}
 
 // CatchingUp reports whether ctx is that of a late call of an author's
-// handler by a catch-up: the lifecycle change it hands (StartContainer,
-// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox)
-// happened while no instance of the plugin acted, and the runtime did not
-// wait for it. For an object the runtime no longer lists, only the ids
-// are set: a container's Id, PodSandboxId and State (stopped), a pod's
-// Id; the pod passed with a container is the listed pod, or one with only
-// its Id set.
+// handler: by a catch-up, for a lifecycle change (StartContainer,
+// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox, or a
+// pod's RunPodSandbox) that happened while no instance of the plugin
+// acted, or, with WithAtLeastOnce, for an event in doubt handed again
+// after its request was answered (RunPodSandbox, UpdatePodSandbox,
+// UpdateContainer and the Post* events; an UpdateContainer's updates then
+// go through UpdateContainers). The runtime did not wait for it. For an
+// object a catch-up finds the runtime no longer lists, only the ids are
+// set: a container's Id, PodSandboxId and State (stopped), a pod's Id;
+// the pod passed with a container is the listed pod, or one with only its
+// Id set.
 func CatchingUp(ctx context.Context) bool {
 	v, _ := ctx.Value(catchingUpKey{}).(bool)
 	return v

@@ -142,9 +142,11 @@ func WithLeaveTimeout(d time.Duration) Option {
 // WithAtLeastOnce makes an event in doubt be acted on again: when an owner
 // dies inside a handler, the instance that takes over cannot know whether
 // that event took effect; by default it does not act on it (at most once),
-// with this option it does (at least once). Either way the event is logged,
-// counted (Stats.InDoubt, nri_handover_in_doubt_total) and passed to the
-// author's InDoubt, if it has one.
+// with this option it does (at least once): at once if the runtime calls
+// it for that event after the owner, else late, with a context that says
+// CatchingUp (see InDoubtInterface for what is handed when). Either way
+// the event is logged, counted (Stats.InDoubt, nri_handover_in_doubt_total)
+// and passed to the author's InDoubt, if it has one.
 func WithAtLeastOnce() Option {
 	return func(c *config) error { c.atLeastOnce = true; return nil }
 }

@@ -110,8 +110,12 @@ type ReconcileInterface interface {
 // default); or, when it took over at a later event, for a start, stop or
 // removal at its catch-up (acting as above: WithAtLeastOnce hands the
 // change again), and for any other event it had been called for itself
-// (a creation, a pod's run, an update, a Post* event) at once, not acting.
-// An event it was never called for is declared by its protocol key only
+// (a creation, a pod's run, an update, a Post* event) at once, acting as
+// above: WithAtLeastOnce hands a pod's run, an update or a Post* event to
+// its handler again, late (CatchingUp), before the next event this
+// instance acts on; a creation is past adjusting, and its container, if
+// unstamped, is handed to the author's Synchronize as unprocessed. An
+// event it was never called for is declared by its protocol key only
 // (the log's event_key). event is the NRI event's name (e.g.
 // "StopContainer"), id the pod's or container's id. It may run inside a
 // runtime request: keep it short.
@@ -208,6 +212,9 @@ type Plugin struct {
 	// recent: the events the runtime called this instance's connections
 	// for last, to name one declared in doubt later (see declaredInDoubt).
 	recent recentCalls
+	// owed: the events in doubt declared at a later moment that this
+	// instance hands its author again (WithAtLeastOnce; see handOwed).
+	owed owedCalls
 
 	// missed holds, by id, the unstamped containers this instance acted
 	// on a later event of while no instance had processed them (see
