@@ -81,7 +81,9 @@ type demoReport struct {
 	Events     int `json:"events"`
 	Duplicates int `json:"duplicates"`
 	// Duplicates counts the events acted on more often than delivered,
-	// a lifecycle change a catch-up handed counting as one act.
+	// a lifecycle change a catch-up handed counting as one act; with
+	// -at-least-once, those not declared in doubt: the events declared in
+	// doubt that were acted on again, as the option asks, are acted_again.
 	// Unacted counts the delivered events no instance acted on; each is
 	// either declared in doubt (missed_in_doubt), or caught up (its
 	// container was handed to the author afterwards, or the change itself
@@ -123,6 +125,8 @@ type demoReport struct {
 	ElapsedMS       int64          `json:"elapsed_ms"`
 	Runtime         string         `json:"runtime"`
 	Faults          []string       `json:"faults,omitempty"`
+	AtLeastOnce     bool           `json:"at_least_once,omitempty"`
+	ActedAgain      int            `json:"acted_again,omitempty"`
 	OK              bool           `json:"ok"`
 	Problems        []string       `json:"problems,omitempty"`
 }
@@ -154,6 +158,7 @@ func demo(args []string, out io.Writer) error {
 			"exit-stop (containerd plus self-exit StopContainers without BlockPluginSync)")
 	faults := fs.Int("faults", 0, "owner kills or freezes at random moments, each while another instance is in the runtime's chain to take over")
 	requestTimeout := fs.Duration("request-timeout", 0, "the runtime's plugin request timeout (default: NRI's 2s; a frozen owner holds events up this long)")
+	atLeastOnce := fs.Bool("at-least-once", false, "instances act on an event in doubt again (plugin.WithAtLeastOnce): an event acted on twice is then allowed if it was declared in doubt")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	verbose := fs.Bool("v", false, "print the instances' logs to stderr")
 	logFile := fs.String("log", "", "write the instances' logs to this file (created or truncated)")
@@ -167,7 +172,7 @@ func demo(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-runtime: %w", err)
 	}
-	cfg.Mode, cfg.Faults, cfg.RequestTimeout = m, *faults, *requestTimeout
+	cfg.Mode, cfg.Faults, cfg.RequestTimeout, cfg.AtLeastOnce = m, *faults, *requestTimeout, *atLeastOnce
 	switch *order {
 	case "same":
 		cfg.Order = rollout.SameIndex
@@ -213,6 +218,10 @@ func demo(args []string, out io.Writer) error {
 		Unstamped: res.Unstamped, InDoubt: res.InDoubt, CaughtUp: res.CaughtUp, Gaps: res.Gaps, Runtime: string(res.Mode), Faults: res.Faults,
 		Instances: len(res.Instances), ElapsedMS: res.Elapsed.Milliseconds(), OK: res.OK(), Problems: res.Problems(),
 		MissedInGap: res.Missed.InGap, MissedInDoubt: res.Missed.InDoubt, MissedUndeclared: res.Missed.UndeclaredCount,
+	}
+	if res.AtLeastOnce {
+		rep.AtLeastOnce, rep.ActedAgain = true, res.ActedAgain
+		rep.Duplicates -= res.ActedAgain
 	}
 	if !res.Missed.GapsCaptured && rep.MissedUndeclared == 0 {
 		// Without every window the misses cannot be shown declared.
@@ -268,6 +277,9 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	fmt.Fprintf(tw, "events delivered\t%d\n", rep.Events)
 	fmt.Fprintf(tw, "acted on exactly once\t%d\n", rep.Events-rep.Unacted)
 	fmt.Fprintf(tw, "duplicates\t%d\n", rep.Duplicates)
+	if rep.AtLeastOnce {
+		fmt.Fprintf(tw, "acted on again, declared in doubt (-at-least-once)\t%d\n", rep.ActedAgain)
+	}
 	if rep.Unacted > 0 || rep.Gaps > 0 || rep.InDoubt > 0 {
 		fmt.Fprintf(tw, "not acted on\t%d\n", rep.Unacted)
 		fmt.Fprintf(tw, "  declared in doubt\t%d\n", rep.MissedInDoubt)
@@ -298,8 +310,12 @@ func printTables(out io.Writer, res *rollout.Result, rep demoReport) {
 	tw.Flush()
 	fmt.Fprintln(out)
 	switch {
-	case rep.OK && rep.Unacted == 0:
+	case rep.OK && rep.Unacted == 0 && rep.ActedAgain == 0:
 		fmt.Fprintln(out, "OK: every event was handled exactly once across all handovers.")
+		return
+	case rep.OK && rep.AtLeastOnce:
+		fmt.Fprintf(out, "OK: every event was handled exactly once, except %d declared in doubt and acted on again (-at-least-once), %d declared in doubt and not acted on again, and %d caught up (handed to the author later); none lost.\n",
+			rep.ActedAgain, rep.MissedInDoubt, rep.MissedCaughtUp)
 		return
 	case rep.OK:
 		fmt.Fprintf(out, "OK: every event was handled exactly once, except %d declared in doubt (an owner died or froze inside it) and %d caught up (handed to the author later); none lost.\n",

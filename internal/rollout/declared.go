@@ -45,6 +45,13 @@ type Missed struct {
 	// and were not declared in doubt, with their delivery times and the
 	// nearest gap windows.
 	Undeclared []string
+	// NotActedAgain lists (first 20) the missed events an instance
+	// declared in doubt by name saying it acts on them, or, with
+	// plugin.WithAtLeastOnce, that it could act on again, and that no
+	// instance acted on or handed late (see checkActedAgain).
+	// NotActedAgainCount counts them all (they are in InDoubt too).
+	NotActedAgain      []string
+	NotActedAgainCount int
 	// UndeclaredCount is len(Undeclared) before truncation.
 	UndeclaredCount int
 	// UndeclaredRuns groups the undeclared misses into runs of
@@ -57,6 +64,43 @@ type Missed struct {
 	// instances counted (Stats.Gaps); if not, the accounting is incomplete
 	// and the run cannot show that every miss was declared.
 	GapsCaptured bool
+
+	// The in-doubt declarations, for the events acted on again
+	// (Config.AtLeastOnce): by name, by key, and how many key-less ones
+	// no missed event took.
+	named       map[plugintest.EventKey]bool
+	keys        map[uint32]bool
+	keylessLeft int
+	// namedMisses are the missed events declared in doubt by name (an
+	// instance the runtime called for the event told its author).
+	namedMisses []namedMiss
+}
+
+// namedMiss is a missed event declared in doubt by name, and whether the
+// declaring instance said it acts on it.
+type namedMiss struct {
+	plugintest.Delivery
+	acting bool
+}
+
+// checkActedAgain fills NotActedAgain: the missed events declared in
+// doubt by name whose declaring instance said it acts on them, and, with
+// atLeastOnce (every instance acts on an event in doubt again), every
+// such event the harness can hand again: all but a creation (past
+// adjusting: its container is handed to a catch-up as unprocessed) and a
+// validation.
+func (m *Missed) checkActedAgain(atLeastOnce bool) {
+	for _, d := range m.namedMisses {
+		again := d.Event != plugintest.EventCreateContainer && d.Event != plugintest.EventValidateContainerAdjustment
+		if !d.acting && !(atLeastOnce && again) {
+			continue
+		}
+		m.NotActedAgainCount++
+		if len(m.NotActedAgain) < 20 {
+			m.NotActedAgain = append(m.NotActedAgain, fmt.Sprintf("%s delivered %s-%s: declared in doubt by name, and acted on again by no instance",
+				d.EventKey, stamp(d.Start), stamp(d.End)))
+		}
+	}
 }
 
 // GapWindow is one declared gap: no instance acted from Start to End.
@@ -87,19 +131,19 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 			handed[c.ID] = c.At
 		}
 	}
-	type name struct {
-		ev plugintest.Event
-		id string
-	}
+	type name = plugintest.EventKey
 	named := map[name]bool{}
+	acting := map[name]bool{} // named, saying it acts on it
 	keys := map[uint32]bool{}
+	m.named, m.keys = named, keys
 	var keyless []time.Time
 	for _, d := range decl {
 		switch {
 		case d.Gap:
 			m.Windows = append(m.Windows, GapWindow{Instance: d.Instance, Start: d.Start, End: d.End})
 		case d.ID != "":
-			named[name{d.Event, d.ID}] = true
+			named[name{Event: d.Event, ID: d.ID}] = true
+			acting[name{Event: d.Event, ID: d.ID}] = acting[name{Event: d.Event, ID: d.ID}] || d.Acting
 		case d.HasKey:
 			keys[d.Key] = true
 		default:
@@ -147,6 +191,7 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 			}
 		}
 	}
+	m.keylessLeft = len(keyless) - len(coveredByKeyless)
 	var run []plugintest.Delivery
 	endRun := func() {
 		if len(run) == 0 {
@@ -183,8 +228,11 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 		// owner was inside of (the window says the events in it reached
 		// no instance; that one reached the owner).
 		k, hasKey := plugintest.ProtocolKey(d.Event, d.ID)
-		if named[name{d.Event, d.ID}] || hasKey && keys[k] || coveredByKeyless[d.EventKey] {
+		if named[name{Event: d.Event, ID: d.ID}] || hasKey && keys[k] || coveredByKeyless[d.EventKey] {
 			m.InDoubt++
+			if named[name{Event: d.Event, ID: d.ID}] {
+				m.namedMisses = append(m.namedMisses, namedMiss{d, acting[name{Event: d.Event, ID: d.ID}]})
+			}
 			endRun()
 			continue
 		}
@@ -207,6 +255,38 @@ func classify(unacted, all []plugintest.Delivery, decl []plugintest.Declaration,
 	}
 	endRun()
 	return m
+}
+
+// declaredAgain sorts the events acted on more often than issued (again:
+// the excess of each) by whether they were declared in doubt, as an
+// instance with plugin.WithAtLeastOnce acts on such an event again: by
+// name, by the protocol's key, or, one each, by a key-less declaration
+// no missed event took. It returns how many were declared, which, and a
+// line for each (kind, id) that was not.
+func (m *Missed) declaredAgain(again map[plugintest.EventKey]int) (declared int, which map[plugintest.EventKey]bool, undeclared []string) {
+	which = map[plugintest.EventKey]bool{}
+	keys := make([]plugintest.EventKey, 0, len(again))
+	for k := range again {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	keyless := m.keylessLeft
+	for _, k := range keys {
+		n := again[k]
+		pk, hasKey := plugintest.ProtocolKey(k.Event, k.ID)
+		switch {
+		case m.named[plugintest.EventKey{Event: k.Event, ID: k.ID}] || hasKey && m.keys[pk]:
+			declared += n
+			which[k] = true
+		case keyless >= n:
+			keyless -= n
+			declared += n
+			which[k] = true
+		default:
+			undeclared = append(undeclared, fmt.Sprintf("%s acted on %d more times than issued, not declared in doubt", k, n))
+		}
+	}
+	return declared, which, undeclared
 }
 
 // window returns the first declared window that contains t (bounds

@@ -87,6 +87,10 @@ type Config struct {
 	// bounds how long a frozen owner holds events up). Process-wide: the
 	// run sets it back to the default when it ends.
 	RequestTimeout time.Duration
+	// AtLeastOnce starts every instance with plugin.WithAtLeastOnce: an
+	// event in doubt is acted on again by the instance that took over.
+	// Events acted on twice are then allowed, each declared in doubt.
+	AtLeastOnce bool
 	// Log receives the instances' logs; nil discards them.
 	Log io.Writer
 }
@@ -155,6 +159,14 @@ type Result struct {
 	// window, or declared in doubt) and undeclared, from the runtime's
 	// delivery times and the declarations the instances made.
 	Missed Missed
+	// AtLeastOnce: the instances acted on events in doubt again
+	// (Config.AtLeastOnce). ActedAgain then counts the acts beyond the
+	// issued count (by a handler, or handed late) of events declared in
+	// doubt, the option's allowed duplicates; AgainUndeclared lists the
+	// events acted on more often than issued that were not declared.
+	AtLeastOnce     bool
+	ActedAgain      int
+	AgainUndeclared []string
 }
 
 // AllMissedDeclared reports whether every missed event was declared: it
@@ -181,7 +193,16 @@ func (r *Result) OK() bool { return len(r.Problems()) == 0 }
 // handed to an author later). Events in a declared gap window reached no
 // instance: they are lost, declared or not.
 func (r *Result) eventsKept() bool {
-	return r.Report.Duplicates == 0 && r.Report.Missed == r.Missed.InDoubt+r.Missed.CaughtUp
+	return r.duplicatesKept() && r.Report.Missed == r.Missed.InDoubt+r.Missed.CaughtUp && r.Missed.NotActedAgainCount == 0
+}
+
+// duplicatesKept reports whether no event was acted on twice, or, with
+// AtLeastOnce, none that was not declared in doubt.
+func (r *Result) duplicatesKept() bool {
+	if r.AtLeastOnce {
+		return len(r.AgainUndeclared) == 0
+	}
+	return r.Report.Duplicates == 0
 }
 
 // froze reports whether a fault froze an owner: the runtime drops a frozen
@@ -223,11 +244,17 @@ func (r *Result) Problems() []string {
 		for _, e := range r.Missed.InGapEvents {
 			out = append(out, "  lost in a gap window: "+e)
 		}
+		if n := r.Missed.NotActedAgainCount; n != 0 {
+			out = append(out, fmt.Sprintf("%d events declared in doubt were to be acted on again and were not:", n))
+			for _, e := range r.Missed.NotActedAgain {
+				out = append(out, "  "+e)
+			}
+		}
 	}
 	if len(r.Faults) != 0 && r.InDoubt > len(r.Faults) {
 		out = append(out, fmt.Sprintf("%d events declared in doubt after %d faults: more than one per fault", r.InDoubt, len(r.Faults)))
 	}
-	if r.ChangeDuplicates != 0 && len(r.ChangesTwice) == 0 {
+	if r.ChangeDuplicates != 0 && len(r.ChangesTwice) == 0 && !r.AtLeastOnce {
 		out = append(out, fmt.Sprintf("%d lifecycle changes acted on twice", r.ChangeDuplicates))
 	}
 	if r.Stats.FailedCreates != 0 {
@@ -258,7 +285,11 @@ func (r *Result) Problems() []string {
 		}
 	}
 	out = append(out, r.HandedTwice...)
-	out = append(out, r.ChangesTwice...)
+	if r.AtLeastOnce {
+		out = append(out, r.AgainUndeclared...)
+	} else {
+		out = append(out, r.ChangesTwice...)
+	}
 	out = append(out, r.StampProblems...)
 	out = append(out, r.WorkloadErrors...)
 	return out
@@ -290,7 +321,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Name: PluginName,
 		Plugin: func(ver string) (interface{}, []plugin.Option) {
 			// The node's ledger records the acts, from the wrapped handlers.
-			return &audit.Plugin{Version: ver, Recorder: discard{}}, []plugin.Option{plugin.WithLeaveTimeout(time.Second)}
+			opts := []plugin.Option{plugin.WithLeaveTimeout(time.Second)}
+			if cfg.AtLeastOnce {
+				opts = append(opts, plugin.WithAtLeastOnce())
+			}
+			return &audit.Plugin{Version: ver, Recorder: discard{}}, opts
 		},
 		Runtime: plugintest.RuntimeOptions{Mode: cfg.Mode, Seed: cfg.Seed, RequestTimeout: cfg.RequestTimeout},
 		Log:     cfg.Log,
@@ -489,6 +524,7 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 		timeout = api.DefaultPluginRequestTimeout
 	}
 	res.Missed = classify(unacted, deliveries, r.node.Declarations(), r.node.CatchUps(), r.node.CaughtUpChanges(), res.Gaps, timeout)
+	res.Missed.checkActedAgain(r.cfg.AtLeastOnce)
 	check, err := r.node.Check()
 	if err != nil {
 		return nil, err
@@ -497,7 +533,52 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	res.CaughtUpContainers, res.Unseen = check.CaughtUp, check.Unseen
 	res.Unprocessed, res.UnprocessedCount, res.HandedTwice = check.Unprocessed, check.UnprocessedCount, check.HandedTwice
 	res.CaughtUpChanges, res.ChangesTwice, res.ChangeDuplicates = check.CaughtUpChanges, check.ChangesTwice, check.ChangeDuplicates
+	if r.cfg.AtLeastOnce {
+		var again map[plugintest.EventKey]bool
+		res.AtLeastOnce = true
+		res.ActedAgain, again, res.AgainUndeclared = res.Missed.declaredAgain(r.actedAgain())
+		res.StampProblems = withoutCreatedAgain(res.StampProblems, again)
+	}
 	return res, nil
+}
+
+// withoutCreatedAgain drops from the stamp problems the containers
+// created by two instances whose CreateContainer was declared in doubt
+// and acted on again (Config.AtLeastOnce: what the option asks).
+func withoutCreatedAgain(problems []string, again map[plugintest.EventKey]bool) []string {
+	var out []string
+	for _, p := range problems {
+		// plugintest words each problem "container <id>: ...".
+		id, _, _ := strings.Cut(strings.TrimPrefix(p, "container "), ":")
+		if !again[plugintest.EventKey{Event: plugintest.EventCreateContainer, ID: id}] || !strings.Contains(p, ", created by ") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// actedAgain returns, by event and object, how many more times than the
+// runtime issued it an event was acted on: by a handler (the ledger) or
+// handed late (a catch-up, or an event in doubt handed again).
+func (r *runner) actedAgain() map[plugintest.EventKey]int {
+	count := map[plugintest.EventKey]int{}
+	for k, n := range r.node.Runtime().Issued() {
+		k.N = 0
+		count[k] -= n
+	}
+	for _, c := range r.node.CaughtUpChanges() {
+		count[plugintest.EventKey{Event: c.Event, ID: c.ID}]++
+	}
+	for k, n := range r.node.Ledger().Counts() {
+		count[k] += n
+	}
+	again := map[plugintest.EventKey]int{}
+	for k, n := range count {
+		if n > 0 {
+			again[k] = n
+		}
+	}
+	return again
 }
 
 // withoutCaughtUp drops from the node's stamp problems the containers

@@ -35,6 +35,10 @@ type Declaration struct {
 	// when the declaration gave one (HasKey).
 	Key    uint32
 	HasKey bool
+	// Acting tells, of an event named in doubt, that the declaring
+	// instance said it acts on it (plugin.WithAtLeastOnce): it is handed
+	// to its author's handler, at once or late.
+	Acting bool
 }
 
 // declarations collects a node's declarations from its instances: gap
@@ -62,7 +66,7 @@ func (d *declarations) all() []Declaration {
 // name gives the event's name to instance's declaration of it by key (a
 // takeover at a later event), which a catch-up named to the author's
 // InDoubt: one declaration, not two. One with no key stays as it is.
-func (d *declarations) name(instance string, ev Event, id string) {
+func (d *declarations) name(instance string, ev Event, id string, acting bool) {
 	key, ok := ProtocolKey(ev, id)
 	if !ok {
 		return
@@ -72,7 +76,7 @@ func (d *declarations) name(instance string, ev Event, id string) {
 	for i := len(d.list) - 1; i >= 0; i-- {
 		x := &d.list[i]
 		if x.Instance == instance && !x.Gap && x.HasKey && x.Key == key && x.Event == "" {
-			x.Event, x.ID = ev, id
+			x.Event, x.ID, x.Acting = ev, id, acting
 			return
 		}
 	}

@@ -56,6 +56,17 @@ func (l *Ledger) Acted(ev Event, id string) []string {
 	return out
 }
 
+// Counts returns how many acts were recorded, by event and object.
+func (l *Ledger) Counts() map[EventKey]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[EventKey]int, len(l.acts))
+	for k, acts := range l.acts {
+		out[k] = len(acts)
+	}
+	return out
+}
+
 // actedOn reports whether any act was recorded on an event of object id.
 func (l *Ledger) actedOn(id string) bool {
 	l.mu.Lock()

@@ -208,11 +208,11 @@ func (n *Node) Start(version string, opts ...plugin.Option) (*Instance, error) {
 	in.h.SetConnWrapper(in.conns.wrap)
 	author, aopts := n.cfg.Plugin(version)
 	in.handlers = newHandlers(author, func(ev Event, oid string) { n.ledger.Record(ev, oid, id, version) })
-	in.handlers.inDoubt = func(ev Event, oid string) {
+	in.handlers.inDoubt = func(ev Event, oid string, acting bool) {
 		at := time.Now().Round(0)
-		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid})
+		n.declared.add(Declaration{Instance: id, Start: at, End: at, Event: ev, ID: oid, Acting: acting})
 	}
-	in.handlers.namedInDoubt = func(ev Event, oid string) { n.declared.name(id, ev, oid) }
+	in.handlers.namedInDoubt = func(ev Event, oid string, acting bool) { n.declared.name(id, ev, oid, acting) }
 	in.handlers.caughtUp = func(ev Event, oid string) {
 		at := time.Now().Round(0)
 		n.mu.Lock()

@@ -21,17 +21,17 @@ type handlers struct {
 	handles api.EventMask // the author's handlers
 	record  func(ev Event, id string)
 	// inDoubt, if set, is told of each event in doubt the harness hands
-	// this instance (see InDoubt).
-	inDoubt func(ev Event, id string)
+	// this instance (see InDoubt), and whether it acts on it.
+	inDoubt func(ev Event, id string, acting bool)
 	// namedInDoubt, if set, is told of each event in doubt a catch-up
 	// names (plugin.CatchingUp): the takeover declared it already.
-	namedInDoubt func(ev Event, id string)
+	namedInDoubt func(ev Event, id string, acting bool)
 	// handed, if set, is told of the containers the harness hands the
 	// author's Synchronize as unprocessed.
 	handed func(ids []string)
-	// caughtUp, if set, is told of each lifecycle change a catch-up hands
-	// the author (plugin.CatchingUp); such a call is not recorded in the
-	// ledger.
+	// caughtUp, if set, is told of each late call of a handler
+	// (plugin.CatchingUp: a lifecycle change a catch-up hands, an event in
+	// doubt handed again); such a call is not recorded in the ledger.
 	caughtUp func(ev Event, id string)
 
 	mu         sync.Mutex
@@ -191,18 +191,19 @@ func (h *handlers) InDoubt(ctx context.Context, event, id string, acting bool) {
 	switch {
 	case plugin.CatchingUp(ctx):
 		if h.namedInDoubt != nil {
-			h.namedInDoubt(Event(event), id)
+			h.namedInDoubt(Event(event), id, acting)
 		}
 	case h.inDoubt != nil:
-		h.inDoubt(Event(event), id)
+		h.inDoubt(Event(event), id, acting)
 	}
 	if a, ok := h.author.(plugin.InDoubtInterface); ok {
 		a.InDoubt(ctx, event, id, acting)
 	}
 }
 
-// note records a lifecycle handler's call: in the ledger, or, for a
-// change a catch-up hands (plugin.CatchingUp), as caught up.
+// note records a handler's call: in the ledger, or, for a late call
+// (plugin.CatchingUp: a change a catch-up hands, or an event in doubt
+// handed again with plugin.WithAtLeastOnce), as caught up.
 func (h *handlers) note(ctx context.Context, ev Event, id string) {
 	if plugin.CatchingUp(ctx) {
 		if h.caughtUp != nil {
@@ -222,7 +223,7 @@ func (h *handlers) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error
 }
 
 func (h *handlers) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error {
-	h.record(EventUpdatePodSandbox, pod.GetId())
+	h.note(ctx, EventUpdatePodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.UpdatePodInterface); ok {
 		return a.UpdatePodSandbox(ctx, pod, overhead, res)
 	}
@@ -230,7 +231,7 @@ func (h *handlers) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, ov
 }
 
 func (h *handlers) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
-	h.record(EventPostUpdatePodSandbox, pod.GetId())
+	h.note(ctx, EventPostUpdatePodSandbox, pod.GetId())
 	if a, ok := h.author.(stub.PostUpdatePodInterface); ok {
 		return a.PostUpdatePodSandbox(ctx, pod)
 	}
@@ -265,7 +266,7 @@ func (h *handlers) CreateContainer(ctx context.Context, pod *api.PodSandbox, c *
 }
 
 func (h *handlers) PostCreateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.record(EventPostCreateContainer, c.GetId())
+	h.note(ctx, EventPostCreateContainer, c.GetId())
 	if a, ok := h.author.(stub.PostCreateContainerInterface); ok {
 		return a.PostCreateContainer(ctx, pod, c)
 	}
@@ -281,7 +282,7 @@ func (h *handlers) StartContainer(ctx context.Context, pod *api.PodSandbox, c *a
 }
 
 func (h *handlers) PostStartContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.record(EventPostStartContainer, c.GetId())
+	h.note(ctx, EventPostStartContainer, c.GetId())
 	if a, ok := h.author.(stub.PostStartContainerInterface); ok {
 		return a.PostStartContainer(ctx, pod, c)
 	}
@@ -289,7 +290,7 @@ func (h *handlers) PostStartContainer(ctx context.Context, pod *api.PodSandbox, 
 }
 
 func (h *handlers) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
-	h.record(EventUpdateContainer, c.GetId())
+	h.note(ctx, EventUpdateContainer, c.GetId())
 	if a, ok := h.author.(stub.UpdateContainerInterface); ok {
 		return a.UpdateContainer(ctx, pod, c, res)
 	}
@@ -297,7 +298,7 @@ func (h *handlers) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c *
 }
 
 func (h *handlers) PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, c *api.Container) error {
-	h.record(EventPostUpdateContainer, c.GetId())
+	h.note(ctx, EventPostUpdateContainer, c.GetId())
 	if a, ok := h.author.(stub.PostUpdateContainerInterface); ok {
 		return a.PostUpdateContainer(ctx, pod, c)
 	}
