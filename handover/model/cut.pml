@@ -882,6 +882,14 @@ proctype Runtime() {
 				:: !(pending & 1) && (pending & 8) -> cc = 3
 				:: !(pending & 9) && (pending & 2) -> cc = 1
 				:: !(pending & 11) && (pending & 4) -> cc = 2
+#elif defined(ORDER_SNA)
+				/* the runtime calls S, then N1, then A (S and the
+				 * newcomer at a lower index than the owner: the demo,
+				 * -order alternate), then R */
+				:: pending & 8 -> cc = 3
+				:: !(pending & 8) && (pending & 2) -> cc = 1
+				:: !(pending & 10) && (pending & 1) -> cc = 0
+				:: !(pending & 11) && (pending & 4) -> cc = 2
 #else
 				:: pending & 1 -> cc = 0
 				:: pending & 2 -> cc = 1
