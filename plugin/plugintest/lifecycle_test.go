@@ -334,34 +334,11 @@ func TestOwnerKilledInsideAStopWithAFallback(t *testing.T) {
 	for _, atLeastOnce := range []bool{false, true} {
 		t.Run(fmt.Sprintf("at-least-once=%v", atLeastOnce), func(t *testing.T) {
 			log := newDoubtLog()
-			inside := make(chan string, 1)
-			release := make(chan struct{})
-			lines := linesShownOnFailure(t)
-			n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
-				a := &doubtAuthor{version: v, log: log}
-				if v == "2.0.0" {
-					a.block = func(id string) {
-						inside <- id
-						<-release
-					}
-				}
-				opts := []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
-				if atLeastOnce {
-					opts = append(opts, plugin.WithAtLeastOnce())
-				}
-				return a, opts
-			}})
-			t.Cleanup(func() { close(release) })
-			rt := n.Runtime()
-			ctx, cancel := context.WithTimeout(context.Background(), failAfter)
-			defer cancel()
-			v1 := start(t, n, "1.0.0")
-			pod, err := rt.RunPod(ctx, "p")
-			must(t, err)
-			c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
-			must(t, err)
-			must(t, rt.StartContainer(ctx, c.Id))
-			v2 := start(t, n, "2.0.0") // v1 stays, retired: the fallback
+			f := startWithAFallback(t, atLeastOnce, func(v string, block func(string)) interface{} {
+				return &doubtAuthor{lifeAuthor: lifeAuthor{block: block}, version: v, log: log}
+			})
+			n, rt, ctx, inside, v1, v2, c := f.n, f.rt, f.ctx, f.inside, f.v1, f.v2, f.c
+			var err error
 			stopped := make(chan error, 1)
 			go func() { stopped <- rt.StopContainer(ctx, c.Id) }()
 			<-inside
@@ -552,38 +529,11 @@ func TestOwnerKilledInsideAnUpdateOrARunIsNamedToTheFallback(t *testing.T) {
 
 func testOwnerKilledInside(t *testing.T, event string, atLeastOnce bool) {
 	log := newDoubtLog()
-	inside := make(chan string, 1)
-	release := make(chan struct{})
-	var blocking atomic.Bool
-	lines := linesShownOnFailure(t)
-	n := newNode(t, Config{Log: lines, Plugin: func(v string) (interface{}, []plugin.Option) {
-		a := &updater{doubtAuthor{version: v, log: log}}
-		if v == "2.0.0" {
-			a.block = func(id string) {
-				if blocking.Load() {
-					inside <- id
-					<-release
-				}
-			}
-		}
-		opts := []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
-		if atLeastOnce {
-			opts = append(opts, plugin.WithAtLeastOnce())
-		}
-		return a, opts
-	}})
-	t.Cleanup(func() { close(release) })
-	rt := n.Runtime()
-	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
-	defer cancel()
-	start(t, n, "1.0.0")
-	pod, err := rt.RunPod(ctx, "p")
-	must(t, err)
-	c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
-	must(t, err)
-	must(t, rt.StartContainer(ctx, c.Id))
-	v2 := start(t, n, "2.0.0") // v1 stays, retired: the fallback
-	blocking.Store(true)
+	f := startWithAFallback(t, atLeastOnce, func(v string, block func(string)) interface{} {
+		return &updater{doubtAuthor{lifeAuthor: lifeAuthor{block: block}, version: v, log: log}}
+	})
+	rt, ctx, inside, v2, c := f.rt, f.ctx, f.inside, f.v2, f.c
+	var err error
 	done := make(chan struct{})
 	id := c.Id
 	go func() {
@@ -617,6 +567,58 @@ func testOwnerKilledInside(t *testing.T, event string, atLeastOnce bool) {
 	if fmt.Sprint(late) != fmt.Sprint(wantLate) {
 		t.Errorf("late handler calls %q, want %q", late, wantLate)
 	}
+}
+
+// fallback is a node with two instances: v1, retired, the fallback of
+// v2, the owner, whose author blocks in a handler until the test ends
+// (each id on inside), from the first event after v2 started.
+type fallback struct {
+	n      *Node
+	rt     *Runtime
+	ctx    context.Context
+	inside chan string
+	v1, v2 *Instance
+	c      *api.Container // started in pod "p" while v1 owned
+}
+
+// startWithAFallback starts a fallback: newAuthor makes an instance's
+// author, with block to call in the handler that blocks (nil for v1),
+// and WithAtLeastOnce if atLeastOnce.
+func startWithAFallback(t *testing.T, atLeastOnce bool, newAuthor func(v string, block func(id string)) interface{}) fallback {
+	t.Helper()
+	f := fallback{inside: make(chan string, 1)}
+	release := make(chan struct{})
+	var blocking atomic.Bool
+	f.n = newNode(t, Config{Log: linesShownOnFailure(t), Plugin: func(v string) (interface{}, []plugin.Option) {
+		var block func(string)
+		if v == "2.0.0" {
+			block = func(id string) {
+				if blocking.Load() {
+					f.inside <- id
+					<-release
+				}
+			}
+		}
+		opts := []plugin.Option{plugin.WithLeaveTimeout(200 * time.Millisecond)}
+		if atLeastOnce {
+			opts = append(opts, plugin.WithAtLeastOnce())
+		}
+		return newAuthor(v, block), opts
+	}})
+	t.Cleanup(func() { close(release) })
+	f.rt = f.n.Runtime()
+	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
+	t.Cleanup(cancel)
+	f.ctx = ctx
+	f.v1 = start(t, f.n, "1.0.0")
+	pod, err := f.rt.RunPod(ctx, "p")
+	must(t, err)
+	f.c, err = f.rt.CreateContainer(ctx, pod.Id, "c", nil)
+	must(t, err)
+	must(t, f.rt.StartContainer(ctx, f.c.Id))
+	f.v2 = start(t, f.n, "2.0.0") // v1 stays, retired: the fallback
+	blocking.Store(true)
+	return f
 }
 
 // linesShownOnFailure returns a node log that the test prints if it fails.
