@@ -78,14 +78,7 @@ func TestInstanceGone(t *testing.T) {
 // A note is taken by one caller only; another finds it busy until it is
 // returned or dropped; a missing note is neither taken nor busy.
 func TestTakeMissedIsExclusive(t *testing.T) {
-	d, err := OpenDir(t.TempDir(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.NoteMissed("ctr-1", "i01", []byte("c")); err != nil {
-		t.Fatal(err)
-	}
+	d := dirWithANote(t)
 	check := func(what string, wantTaken, wantBusy bool) {
 		t.Helper()
 		taken, busy, err := d.TakeMissed("ctr-1")
@@ -114,14 +107,7 @@ func TestTakeMissedIsExclusive(t *testing.T) {
 // demo, mode containerd, -faults 10 -seed 3098). A note taken long ago
 // (its taker died in the hand) is replaced.
 func TestTakeMissedLeavesANoteNotedAgainWhileTaken(t *testing.T) {
-	d, err := OpenDir(t.TempDir(), "p")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	if err := d.NoteMissed("ctr-1", "i01", []byte("c")); err != nil {
-		t.Fatal(err)
-	}
+	d := dirWithANote(t)
 	if taken, _, err := d.TakeMissed("ctr-1"); err != nil || !taken {
 		t.Fatalf("first take: %v %v", taken, err)
 	}
@@ -158,4 +144,19 @@ func TestMissedNamesListsTakenNotesToo(t *testing.T) {
 	if err != nil || len(got) != 2 || !got["ctr-1"] || !got["ctr-2"] {
 		t.Fatalf("names %v, %v; want ctr-1 and ctr-2", got, err)
 	}
+}
+
+// dirWithANote opens a handover directory (closed when the test ends)
+// with one note of a missed creation: ctr-1, by instance i01.
+func dirWithANote(t *testing.T) *Dir {
+	t.Helper()
+	d, err := OpenDir(t.TempDir(), "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.NoteMissed("ctr-1", "i01", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

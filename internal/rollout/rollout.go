@@ -542,15 +542,20 @@ func (r *runner) run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// problemContainer is the id of the container a stamp problem is about:
+// plugintest words each "container <id>: ...".
+func problemContainer(problem string) string {
+	id, _, _ := strings.Cut(strings.TrimPrefix(problem, "container "), ":")
+	return id
+}
+
 // withoutCreatedAgain drops from the stamp problems the containers
 // created by two instances whose CreateContainer was declared in doubt
 // and acted on again (Config.AtLeastOnce: what the option asks).
 func withoutCreatedAgain(problems []string, again map[plugintest.EventKey]bool) []string {
 	var out []string
 	for _, p := range problems {
-		// plugintest words each problem "container <id>: ...".
-		id, _, _ := strings.Cut(strings.TrimPrefix(p, "container "), ":")
-		if !again[plugintest.EventKey{Event: plugintest.EventCreateContainer, ID: id}] || !strings.Contains(p, ", created by ") {
+		if !again[plugintest.EventKey{Event: plugintest.EventCreateContainer, ID: problemContainer(p)}] || !strings.Contains(p, ", created by ") {
 			out = append(out, p)
 		}
 	}
@@ -593,9 +598,7 @@ func withoutCaughtUp(problems []string, handed []plugintest.CatchUp) []string {
 	}
 	var out []string
 	for _, p := range problems {
-		// plugintest words each problem "container <id>: ...".
-		id, _, _ := strings.Cut(strings.TrimPrefix(p, "container "), ":")
-		if !caughtUp[id] || strings.Contains(p, ": stamped by ") {
+		if !caughtUp[problemContainer(p)] || strings.Contains(p, ": stamped by ") {
 			out = append(out, p)
 		}
 	}
