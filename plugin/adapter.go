@@ -892,7 +892,7 @@ func (a *adapter) begin(ctx context.Context, call recentCall) turn {
 		p.acted.Add(1)
 		p.obs.Event(event, resultActed)
 		if p.owed.pending() {
-			a.handOwed(ctx) // events in doubt this instance owes (WithAtLeastOnce), before this one
+			a.handOwed(ctx) // events this instance owes (in doubt, WithAtLeastOnce; or unacted), before this one
 		}
 	case !stale: // (a stale request is no call of the runtime's any more: logged above)
 		p.skip(event, id, role)

@@ -27,6 +27,14 @@ import (
 // lifecycle record's settlement (settleInDoubt), a creation to the
 // catch-up of unprocessed containers, a validation has nothing to hand
 // late.
+//
+// An earlier event that the cut knows reached no handler at all (the
+// owner was never called for it: it was dropped or frozen between events,
+// or dropped right after a handover to it) is not in doubt: with or
+// without WithAtLeastOnce, an event of the kinds above is handed late the
+// same way, once, and counted as caught up (reachedNobody; a pod's run is
+// recorded in the lifecycle record first, as a catch-up's are); the others
+// go where their kind goes at a catch-up, and are declared in doubt.
 
 // recentCalls keeps the events the runtime called this instance's
 // connections for last (each connection's last one among them: the
@@ -73,13 +81,21 @@ func (r *recentCalls) find(key uint32) (recentCall, bool) {
 	return recentCall{}, false
 }
 
-// owedCalls are the events in doubt this instance hands its author late
-// (WithAtLeastOnce), oldest first; at most maxOwed, a later one replaces
-// the oldest (logged). n mirrors len(calls) for the event path's check.
+// owedCalls are the events this instance hands its author late, oldest
+// first: events in doubt (WithAtLeastOnce) and events that reached no
+// handler (unacted); at most maxOwed, a later one replaces the oldest
+// (logged). n mirrors len(calls) for the event path's check.
 type owedCalls struct {
 	mu    sync.Mutex
-	calls []recentCall
+	calls []owedCall
 	n     atomic.Int32
+}
+
+// owedCall is one event owed: unacted if it reached no handler, else in
+// doubt.
+type owedCall struct {
+	recentCall
+	unacted bool
 }
 
 const maxOwed = 8
@@ -89,12 +105,12 @@ func (o *owedCalls) pending() bool { return o.n.Load() != 0 }
 
 // add owes c, unless it is owed already (declared twice); it returns the
 // call it dropped to make room, if any.
-func (o *owedCalls) add(c recentCall) (dropped recentCall, full bool) {
+func (o *owedCalls) add(c owedCall) (dropped owedCall, full bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, owed := range o.calls {
 		if owed.key == c.key && owed.event == c.event && owed.id == c.id {
-			return recentCall{}, false
+			return owedCall{}, false
 		}
 	}
 	if len(o.calls) == maxOwed {
@@ -107,7 +123,7 @@ func (o *owedCalls) add(c recentCall) (dropped recentCall, full bool) {
 }
 
 // take returns the owed calls and owes none.
-func (o *owedCalls) take() []recentCall {
+func (o *owedCalls) take() []owedCall {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	calls := o.calls
@@ -153,32 +169,64 @@ func (p *Plugin) declaredInDoubt(key uint32) {
 	owed := p.cfg.atLeastOnce && handedLate(c.event)
 	if owed {
 		why = "the instance acting on it did not finish it (it died, froze or was dropped); declared at a later moment, handed again before the next event this instance acts on (WithAtLeastOnce)"
-		if dropped, full := p.owed.add(c); full {
-			p.log.WithFields(logrus.Fields{"event": dropped.event.String(), "object": dropped.id}).
-				Warn("event in doubt not handed again: more events owed than kept (no act since they were declared)")
-		}
+		p.owe(owedCall{recentCall: c})
 	}
 	// Not under the coordinator's hold on events, which a promotion may
 	// keep while it declares: the author's InDoubt is the author's code.
 	go p.inDoubt(c.event, c.id, owed, why)
 }
 
-// handOwed hands the author, late, the events in doubt this instance owes
-// (declaredInDoubt), oldest first: called as a connection of this
-// instance acts on an event, inside its event section, before that
-// event's handler. The updates an UpdateContainer returns go through
+// reachedNobody is the coordinator's OnUnacted: the event with key, which
+// this instance was called for, reached no handler of any instance. An
+// event handedLate can hand is owed to the author (handOwed) and true
+// returned; else false, and the coordinator declares it in doubt. A pod's
+// run is recorded in the lifecycle record as it is handed (handOwed), as a
+// catch-up's missed pod runs are (handMissedPodRuns): whichever of the two
+// comes first hands it.
+func (p *Plugin) reachedNobody(key uint32) bool {
+	c, ok := p.recent.find(key)
+	if !ok || !handedLate(c.event) {
+		return false
+	}
+	p.owe(owedCall{recentCall: c, unacted: true})
+	return true
+}
+
+// owe adds c to the events owed, logging one dropped for room.
+func (p *Plugin) owe(c owedCall) {
+	if dropped, full := p.owed.add(c); full {
+		p.log.WithFields(logrus.Fields{"event": dropped.event.String(), "object": dropped.id, "unacted": dropped.unacted}).
+			Warn("event not handed late: more events owed than kept (no act since they were declared)")
+	}
+}
+
+// handOwed hands the author, late, the events this instance owes
+// (declaredInDoubt, reachedNobody), oldest first: called as a connection
+// of this instance acts on an event, inside its event section, before
+// that event's handler. The updates an UpdateContainer returns go through
 // UpdateContainers once the request is answered.
 func (a *adapter) handOwed(ctx context.Context) {
 	p := a.p
 	ctx = context.WithValue(ctx, catchingUpKey{}, true)
 	var updates []*api.ContainerUpdate
 	for _, c := range p.owed.take() {
-		u, err := p.handLate(ctx, c)
+		slot, handed := p.recordLateRun(c)
+		if handed {
+			continue
+		}
+		u, err := p.handLate(ctx, c.recentCall)
+		p.rec.EndLate(slot)
 		log := p.log.WithFields(logrus.Fields{"event": c.event.String(), "object": c.id})
+		what := "event in doubt handed again (WithAtLeastOnce)"
+		if c.unacted {
+			// A change no instance acted on, caught up as a catch-up's.
+			p.caughtUpChanges.Add(1)
+			what = "event that reached no handler handed late (caught up)"
+		}
 		if err != nil {
-			log.WithError(err).Warn("event in doubt handed again (WithAtLeastOnce): the author's handler failed")
+			log.WithError(err).Warn(what + ": the author's handler failed")
 		} else {
-			log.Warn("event in doubt handed again (WithAtLeastOnce)")
+			log.Warn(what)
 		}
 		updates = append(updates, u...)
 	}
@@ -187,10 +235,28 @@ func (a *adapter) handOwed(ctx context.Context) {
 			// Outside the request: from inside it the call would deadlock.
 			if failed, err := p.UpdateContainers(updates); err != nil || len(failed) != 0 {
 				p.log.WithError(err).WithField("failed", len(failed)).
-					Warn("event in doubt handed again (WithAtLeastOnce): the updates the author returned were not all applied")
+					Warn("event handed late: the updates the author returned were not all applied")
 			}
 		}()
 	}
+}
+
+// recordLateRun records, for a pod's run that reached no handler (c), the
+// pod as run in the lifecycle record before it is handed late, marked late
+// as a catch-up's missed runs are; handed reports that the record has the
+// pod already (a catch-up handed its run, or an instance acted on it) or
+// is closed: not handed again. Any other call: nothing recorded.
+func (p *Plugin) recordLateRun(c owedCall) (slot lifecycle.Slot, handed bool) {
+	if !c.unacted || c.event != evRunPodSandbox || p.rec == nil {
+		return lifecycle.Slot{}, false
+	}
+	id := c.pod.GetId()
+	if p.recordedPods()[id] {
+		p.log.WithField("object", id).Info("a pod's run that reached no handler is in the lifecycle record already (a catch-up handed it): not handed late")
+		return lifecycle.Slot{}, true
+	}
+	slot = p.rec.Begin(lifecycle.Pod, id, "", lifecycle.Running)
+	return slot, slot.Closed() || slot.Handed()
 }
 
 // handLate calls the author's handler of c's event with what the runtime

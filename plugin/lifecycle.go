@@ -22,10 +22,13 @@ type catchingUpKey struct{}
 // handler: by a catch-up, for a lifecycle change (StartContainer,
 // StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox, or a
 // pod's RunPodSandbox) that happened while no instance of the plugin
-// acted, or, with WithAtLeastOnce, for an event in doubt handed again
-// after its request was answered (RunPodSandbox, UpdatePodSandbox,
-// UpdateContainer and the Post* events; an UpdateContainer's updates then
-// go through UpdateContainers). The runtime did not wait for it. For an
+// acted; for an update or a Post* event that reached no instance's
+// handler (the owner was dropped or frozen before its call for it) and
+// that an instance called for it hands once, late, as it takes over; or,
+// with WithAtLeastOnce, for an event in doubt handed again after its
+// request was answered (RunPodSandbox, UpdatePodSandbox, UpdateContainer
+// and the Post* events). An UpdateContainer's updates handed late go
+// through UpdateContainers. The runtime did not wait for it. For an
 // object a catch-up finds the runtime no longer lists, only the ids are
 // set: a container's Id, PodSandboxId and State (stopped), a pod's Id;
 // the pod passed with a container is the listed pod, or one with only its

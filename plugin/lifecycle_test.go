@@ -905,3 +905,41 @@ func TestChangeOfARequestGivenUpIsNotRecorded(t *testing.T) {
 		t.Fatalf("a live request: skip %v, entries %+v; want pod-2 running", skip, es)
 	}
 }
+
+// A pod's run that reached no handler (the owner was dropped before its
+// call) is handed late once, whichever comes first: the late hand of the
+// instance that took over by the cut (handOwed), or the catch-up that
+// takeover asks for, which hands each listed pod the record lacks. The
+// late hand records the pod as a catch-up's hand does; one that finds the
+// pod recorded hands nothing.
+func TestAPodRunHandedLateIsNotHandedAgainByACatchUp(t *testing.T) {
+	for _, lateFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "late hand first", false: "catch-up first"}[lateFirst], func(t *testing.T) {
+			author := &podRunAuthor{}
+			p, _ := newRecordTestPlugin(t, author, "podrun", "r1")
+			a := &adapter{p: p}
+			ctx := context.Background()
+			var events api.EventMask
+			events.Set(api.Event_RUN_POD_SANDBOX)
+			missed := &api.PodSandbox{Id: "missed"}
+			p.rec.SetPodsTracked(true) // as the first owner on the node leaves it (trackPods)
+			configured := p.rec.Seq()
+			catchUp := func() {
+				p.catchUpLifecycle(ctx, events, configured, math.MaxUint64, []*api.PodSandbox{missed}, nil)
+			}
+			if !lateFirst {
+				catchUp()
+			}
+			p.owe(owedCall{recentCall: recentCall{event: evRunPodSandbox, id: missed.Id, pod: missed}, unacted: true})
+			a.handOwed(ctx)
+			if lateFirst {
+				catchUp()
+			}
+			author.mu.Lock()
+			defer author.mu.Unlock()
+			if got := fmt.Sprint(author.runs); got != "[missed]" {
+				t.Fatalf("runs handed %s, want [missed] once", got)
+			}
+		})
+	}
+}

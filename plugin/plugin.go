@@ -116,9 +116,12 @@ type ReconcileInterface interface {
 // instance acts on; a creation is past adjusting, and its container, if
 // unstamped, is handed to the author's Synchronize as unprocessed. An
 // event it was never called for is declared by its protocol key only
-// (the log's event_key). event is the NRI event's name (e.g.
-// "StopContainer"), id the pod's or container's id. It may run inside a
-// runtime request: keep it short.
+// (the log's event_key). An event the owner never ran a handler for (it
+// was dropped or frozen before its call) is not in doubt: a pod's run, an
+// update or a Post* event is handed to the handler late, once
+// (CatchingUp), and InDoubt is not called for it. event is the NRI
+// event's name (e.g. "StopContainer"), id the pod's or container's id. It
+// may run inside a runtime request: keep it short.
 type InDoubtInterface interface {
 	InDoubt(ctx context.Context, event, id string, acting bool)
 }
@@ -148,7 +151,10 @@ type Stats struct {
 	// StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox)
 	// of pods and containers an instance had acted on that happened while
 	// no instance acted, and that this instance handed to the author's
-	// handler at a catch-up (see CatchingUp).
+	// handler at a catch-up (see CatchingUp); and events that reached no
+	// instance's handler (the owner was dropped or frozen before its call
+	// for them: a pod's run, an update, a Post* event) that this instance
+	// handed to the author's handler late, once, with CatchingUp.
 	CaughtUpChanges uint64
 	// Unrecorded is the number of pods and containers the lifecycle
 	// record had no room for, as this instance last saw it at a
@@ -365,6 +371,7 @@ func New(p interface{}, opts ...Option) (*Plugin, error) {
 		},
 		OnOutcome:   pl.obs.Outcome,
 		OnInDoubt:   pl.declaredInDoubt,
+		OnUnacted:   pl.reachedNobody,
 		OnGap:       pl.noteGap,
 		AtLeastOnce: c.atLeastOnce,
 	})

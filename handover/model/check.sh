@@ -294,6 +294,9 @@ cut_correct=(
 	"cut-replaced-repeat|-DNEV=3 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DREPLACE -DDROP -DINORDER|-O1|20|C12 with repeated keys, in chain order"
 	"cut-replaced-cp|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DREPLACE -DABANDON -DDROP -DCPTAKE -DCPMASK=13 -DMAXCP=2|-O1|22|C12 with the control plane's outright takes (for the connection that may take over) and a fault"
 	"cut-replaced-newcomer|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DREPLACE -DDROP|-O1|22|C12 beside a newcomer N1 (succeeds or fails) and A's drop at any moment"
+	# the events the harness hands late, once, as reached by no handler
+	# (late[], Config.OnUnacted): acted on by nobody before
+	"cut-cp-handed-dropped|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCPTAKE -DCPMASK=1 -DMAXCP=1|-O1|22|A hands over to N1, the runtime drops N1 before its call, A's control plane takes the register back outright (a promotion): at its next call A finds the handed event acted on by nobody and hands it late"
 	"cut-shared-key-idle|$x14 -DINORDER|-O1|22|C6 with N1's idle rule: after N1's ambiguous first skip the idle rule holds off (or, at the hold's bound, promotes declaring it); a rule-2 CAS that fails (the idle re-arm) and is retried still declares it"
 )
 # name|spin -D flags|gcc flags|hash bits|assertion|description
@@ -340,6 +343,8 @@ cut_broken=(
 	"cut-x17-no-releaser|-DNEV=4 ${rx/-DNOREPEAT/} -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DNO_RELEASER|-O1|20|acts[j]>=1|releaser left out, a repeated key: S skips E (A owns), A releases and leaves, A skips E: missed, not declared"
 	"cut-x18-no-releaser-declared|-DNEV=4 $rx -DNO_N1 -DSTANDBY -DRELEASE -DDISC_BETWEEN -DCHECK_RELEASER -DNO_RELEASER|-O1|20|decl[j]&2|releaser left out, keys not repeated: the same miss, declared by S's rule 5 at the next event (C5's declaration)"
 	"cut-x19-releaser-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DREACH_RELEASER||22|!(rls)|vacuity: the must-hold cut-released runs reach a releaser's take"
+	"cut-x34-late-reached|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP -DREACH_LATE||22|!(late[j])|vacuity: cut-dropped reaches rule 4's late hand of the skipped event"
+	"cut-x35-late-owner-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCPTAKE -DCPMASK=1 -DMAXCP=1 -DREACH_LATE_OWNER|-O1|22|assertion violated 0|vacuity: cut-cp-handed-dropped reaches the owner's late hand of a recorded event nobody acted on"
 	"cut-x31-handover-reached|-DNEV=3 ${rx/-DWINDOW/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCHECK_DECL_EVENTS -DREACH_R4H||22|!(r4h)|vacuity: cut-dropped-handover reaches rule 4 read from the counter (S called before A)"
 )
 

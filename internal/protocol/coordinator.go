@@ -66,6 +66,14 @@ type Config struct {
 	// caller of Decide names that one: Decision.InDoubt); else 0. Must not
 	// block.
 	OnInDoubt func(key uint32)
+	// OnUnacted, if set, is called with the key of an earlier event that
+	// the cut knows reached no handler of any instance and that the
+	// runtime is done with (the owner was never called for it: rule 4's
+	// skipped event, an event handed over to an heir the runtime dropped
+	// before its call); it returns whether the harness hands it to the
+	// author late, once. If it does not (or OnUnacted is nil), the event
+	// is declared in doubt as before (OnInDoubt). Must not block.
+	OnUnacted func(key uint32) bool
 	// OnGap, if set, is called when this instance takes over and no
 	// instance has acted for gap (since the last event acted on): events
 	// in that window reached no instance. Must not block.
@@ -189,6 +197,7 @@ type Coordinator struct {
 	releasedTag atomic.Uint32
 	inDoubt     atomic.Uint64 // events a dead owner was inside of when this instance took over
 	gaps        atomic.Uint64 // takeovers that found no instance acting (see reportInDoubt)
+	unacted     atomic.Uint64 // events that reached no handler, handed late (see declareUnacted)
 
 	ownSocket fileID // identity of this instance's socket file, set once in serve
 	// fencedAt is 1 + the owner-name generation at which the name was last

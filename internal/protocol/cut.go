@@ -165,6 +165,14 @@ type Decision struct {
 	// connection's own handover, or another's it was called around). One
 	// event is declared, and this one is acted on.
 	skippedHanded bool
+	// recordedUnacted: this connection, owner, is called for a new event
+	// and the register's recorded event (recordedKey) was acted on by
+	// nobody, this connection not called for it either: it was left to
+	// this connection by a handover whose heir the runtime dropped before
+	// its call, then taken back (a promotion), or by another take. That
+	// event is over (the runtime calls for a new one) and reached no
+	// handler: the harness may hand it late, once (Config.OnUnacted).
+	recordedUnacted bool
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
 	// first, and the owner never, is declared in doubt.
@@ -499,6 +507,11 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 				dec.HandedOver = true
 			default:
 				n.ownerSeen, n.acted, dec.Act = true, true, true
+				// Nothing acted on the recorded event, and this owner
+				// was not called for it (cut.pml: late[], cut-cp-handed-dropped).
+				if isOwner && w.key != 0 && !w.acted && !w.ownerSeen && !w.inDoubt {
+					dec.recordedUnacted, dec.recordedKey = true, w.key
+				}
 			}
 			w = n
 		}

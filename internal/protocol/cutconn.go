@@ -201,6 +201,15 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	if d.Promoted || d.took || d.Overrun || d.unrecorded || d.heirUnseen || d.unseenMark || !gap.gapSince.IsZero() {
 		c.afterTakeover(tag, key, &d, me.releaser, called, prev, gap)
 	}
+	if d.recordedUnacted && d.recordedKey != key {
+		// Not declared before by the cut (a gap may hold it): handed late
+		// if the harness can, else left as it was.
+		if c.cfg.OnUnacted != nil && c.cfg.OnUnacted(d.recordedKey) {
+			c.unacted.Add(1)
+			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
+				Warn("reached no handler: the event recorded last was left to this connection (a handover whose heir was dropped, then a take) and nobody acted on it; handing it late")
+		}
+	}
 	// The first act of a connection: it was promoted now, or its
 	// predecessor handed over to it at this event.
 	first := (d.Act || d.Promoted) && c.lastActing.Load() != uint32(tag)
@@ -268,9 +277,8 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 		}
 		c.catchUp()
 	case d.Overrun && d.skippedHanded:
-		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-			Warn("in doubt: the last event this connection was called for was handed over to the heir, and the runtime dropped the heir before calling it for that event; nobody acted on it; taking over")
-		c.countInDoubt(d.recordedKey)
+		c.declareUnacted(tag, key, d.recordedKey,
+			"the last event this connection was called for was handed over to the heir, and the runtime dropped the heir before calling it for that event; nobody acted on it; taking over")
 		if c.currentRole() == api.Role_ROLE_OWNER {
 			c.catchUp()
 		} else {
@@ -278,11 +286,10 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 		}
 	case d.Overrun:
 		if d.handedUnacted {
-			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-				Warn("in doubt: the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
-			c.countInDoubt(d.recordedKey)
+			c.declareUnacted(tag, key, d.recordedKey,
+				"the owner was handed an event over and the runtime dropped it before calling it for that event; nobody acted on it")
 		}
-		c.tookOverFromOverrun(tag, *d, prev)
+		c.tookOverFromOverrun(tag, key, *d, prev)
 	case d.unseenMark:
 		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key, "this_event": true}).
 			Warn("in doubt: this event has the key of the one the previous owner acted on last, before this connection took over unseen (the owner left, or the register was taken from it)")
@@ -303,26 +310,29 @@ func (c *Coordinator) afterTakeover(tag uint16, key uint32, d *Decision, release
 // doubt, and an instance that was not owner becomes owner outside any
 // Synchronize, as after a promotion (it catches up: a container created
 // in that event may be unprocessed).
-func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision, prev sighting) {
-	f := logrus.Fields{"conn": tag, "this_event": d.InDoubt}
-	// Rule 3: the event in doubt is the one the register recorded (the
-	// owner was inside it). Rule 4's is the one of this connection's
-	// previous call, which the register does not hold.
-	declared := d.recordedKey
-	if d.skippedOwner {
-		declared = 0
-		if prev.valid {
-			declared = prev.key
-		}
+func (c *Coordinator) tookOverFromOverrun(tag uint16, key uint32, d Decision, prev sighting) {
+	if d.skippedOwner && prev.valid && !d.InDoubt {
+		// Rule 4: the event of this connection's previous call, which the
+		// register does not hold: the owner was never called for it.
+		c.declareUnacted(tag, key, prev.key,
+			"the owner was not called for the event of this connection's previous call (dropped or frozen outside its handlers); nobody acted on it; taking over")
 	} else {
-		f["event_key"] = d.recordedKey
+		f := logrus.Fields{"conn": tag, "this_event": d.InDoubt}
+		// Rule 3: the event in doubt is the one the register recorded
+		// (the owner was inside it).
+		declared := d.recordedKey
+		if d.skippedOwner {
+			declared = 0
+		} else {
+			f["event_key"] = d.recordedKey
+		}
+		c.log.WithFields(f).
+			Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
+		if d.InDoubt {
+			declared = 0 // this event: its caller names it
+		}
+		c.countInDoubt(declared)
 	}
-	c.log.WithFields(f).
-		Warn("in doubt: the owner did not finish its handler before the runtime went on (timed out or died); taking over")
-	if d.InDoubt {
-		declared = 0 // this event: its caller names it
-	}
-	c.countInDoubt(declared)
 	if c.currentRole() == api.Role_ROLE_OWNER {
 		// An heir, owner by its claim: the event in doubt may be a
 		// CreateContainer the runtime completed without this plugin.
@@ -330,6 +340,28 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, d Decision, prev sighting)
 		return
 	}
 	c.followTakeover() // the promotion catches up
+}
+
+// declareUnacted declares an earlier event (key) that the cut knows
+// reached no handler, from connection tag's call for the event with
+// thisKey: the harness hands it late if it can (Config.OnUnacted), else
+// it is declared in doubt. An event with this call's key is declared in
+// doubt by count alone: the harness, which finds calls by key, would take
+// this call for it. Call without mu.
+func (c *Coordinator) declareUnacted(tag uint16, thisKey, key uint32, why string) {
+	log := c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key})
+	if key == thisKey {
+		log.Warn("in doubt: " + why + " (it has this event's key)")
+		c.countInDoubt(0)
+		return
+	}
+	if key != 0 && c.cfg.OnUnacted != nil && c.cfg.OnUnacted(key) {
+		c.unacted.Add(1)
+		log.Warn("reached no handler: " + why + "; handing it late")
+		return
+	}
+	log.Warn("in doubt: " + why)
+	c.countInDoubt(key)
 }
 
 // countInDoubt counts an event declared in doubt (Stats.InDoubt, the

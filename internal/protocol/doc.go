@@ -54,12 +54,19 @@
 //   - An event the owner was inside of when it died is in doubt: acted on
 //     at most once by default, at least once with plugin.WithAtLeastOnce;
 //     it is logged and counted either way.
+//   - An event the owner never ran a handler for (dropped or frozen between
+//     events, or dropped right after an event was handed over to it) is not
+//     in doubt: the instance that takes over, if the runtime called it for
+//     that event, hands it to its author late, once (plugin.CatchingUp,
+//     Stats.CaughtUpChanges) when it is a pod's run, an update or a Post*
+//     event; any other such event is declared in doubt.
 //   - A frozen or stuck owner (SIGSTOP, a handler that never returns)
 //     holds up the event it was called for until the runtime's request
 //     timeout; the runtime drops it, and a live standby or fallback takes
 //     over at the next event it is called for (cut.go, rules 3 and 4), or
 //     at the one after if the two have the same key: the event the owner
-//     held is declared in doubt, and the survivor catches up. Without a
+//     was inside of is declared in doubt (one it never read: above), and
+//     the survivor catches up. Without a
 //     live standby, events until the owner thaws and reconnects are lost.
 //   - Rule 4 reads "the owner subscribes to this event and was not called
 //     for it" as "the runtime dropped it". A plugin of another name with

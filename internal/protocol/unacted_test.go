@@ -1,0 +1,210 @@
+package protocol
+
+import (
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/nri-handover/nri-handover/internal/protocol/api"
+)
+
+// unactedHooks records what a coordinator tells its harness of events that
+// reached no handler (OnUnacted) and of events in doubt (OnInDoubt).
+type unactedHooks struct {
+	hands bool // OnUnacted's answer: the harness hands the event late
+
+	mu       sync.Mutex
+	unacted  []uint32
+	inDoubt  []uint32
+	declared int
+}
+
+func (h *unactedHooks) onUnacted(key uint32) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unacted = append(h.unacted, key)
+	return h.hands
+}
+
+func (h *unactedHooks) onInDoubt(key uint32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.inDoubt = append(h.inDoubt, key)
+}
+
+// newHookedCoord is newQuietCoord with h as its OnUnacted and OnInDoubt.
+func newHookedCoord(t *testing.T, d *Dir, id string, h *unactedHooks) *Coordinator {
+	t.Helper()
+	logger := logrus.New()
+	logger.SetOutput(io.Discard)
+	c, err := New(Config{Dir: d, Self: &api.Instance{Plugin: "cut", Id: id, Version: "1", StartedUnixNano: 1},
+		Log: logrus.NewEntry(logger), OnUnacted: h.onUnacted, OnInDoubt: h.onInDoubt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestRuleFourHandsTheSkippedEventLate: the owner acts on event 1; the
+// runtime drops it; the standby, called alone for event 2, skips it (the
+// owner holds the register); at event 3 it takes over by rule 4. Event 2
+// reached no handler, and the runtime is done with it: the coordinator
+// offers it to the harness to hand late (OnUnacted) instead of declaring
+// it in doubt. If the harness cannot hand it (a creation, or not in its
+// ring of calls), it is declared in doubt by its key, as before.
+func TestRuleFourHandsTheSkippedEventLate(t *testing.T) {
+	const kind = 1 << 3
+	for _, hands := range []bool{true, false} {
+		t.Run(map[bool]string{true: "handed late", false: "declared"}[hands], func(t *testing.T) {
+			d, err := OpenDir(testRoot(t), "cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			ha, hb := &unactedHooks{hands: hands}, &unactedHooks{hands: hands}
+			a, b := newHookedCoord(t, d, "a", ha), newHookedCoord(t, d, "b", hb)
+			owner, taker := a.Conn(kind), b.Conn(kind)
+			b.mu.Lock()
+			b.mainTag = taker
+			b.mu.Unlock()
+			putCut(d, cutWord{owner: owner})
+			d.setOwnerEvents(owner, kind)
+
+			if dec := a.Decide(owner, 1, kind, nil); !dec.Act {
+				t.Fatalf("event 1: the owner did not act: %+v", dec)
+			}
+			a.Finish(owner, 1)
+			if dec := b.Decide(taker, 2, kind, nil); dec.Act {
+				t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)
+			}
+			// The runtime dropped the owner: it is not called for event 2.
+			dec := b.Decide(taker, 3, kind, nil)
+			if !dec.Act || !dec.skippedOwner {
+				t.Fatalf("event 3: the standby did not take over by rule 4: %+v", dec)
+			}
+			if len(hb.unacted) != 1 || hb.unacted[0] != 2 {
+				t.Fatalf("offered to hand late %v, want event 2 alone", hb.unacted)
+			}
+			wantDoubt := map[bool]uint64{true: 0, false: 1}[hands]
+			if got := b.InDoubt(); got != wantDoubt {
+				t.Errorf("declared in doubt %d, want %d", got, wantDoubt)
+			}
+			if !hands && (len(hb.inDoubt) != 1 || hb.inDoubt[0] != 2) {
+				t.Errorf("named in doubt %v, want event 2", hb.inDoubt)
+			}
+			if wantLate := map[bool]uint64{true: 1, false: 0}[hands]; b.unacted.Load() != wantLate {
+				t.Errorf("handed late %d, want %d", b.unacted.Load(), wantLate)
+			}
+		})
+	}
+}
+
+// TestRuleFourKeepsAnEventWithThisCallsKeyInDoubt: event 2, which the
+// owner was not called for, has the key of event 3, which the standby
+// takes over at: the harness, which finds calls by key, could not tell
+// them apart, so event 2 is declared in doubt by count alone and not
+// offered (named by its key, the harness would name, and with
+// WithAtLeastOnce hand late, the event the standby is acting on).
+func TestRuleFourKeepsAnEventWithThisCallsKeyInDoubt(t *testing.T) {
+	const kind = 1 << 3
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	h := &unactedHooks{hands: true}
+	a, b := newQuietCoord(t, d, "a"), newHookedCoord(t, d, "b", h)
+	owner, taker := a.Conn(kind), b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = taker
+	b.mu.Unlock()
+	putCut(d, cutWord{owner: owner})
+	d.setOwnerEvents(owner, kind)
+	a.Decide(owner, 1, kind, nil)
+	a.Finish(owner, 1)
+	b.Decide(taker, 2, kind, nil)
+	if dec := b.Decide(taker, 2, kind, nil); !dec.Act || !dec.skippedOwner {
+		t.Fatalf("the standby did not take over by rule 4: %+v", dec)
+	}
+	if len(h.unacted) != 0 || b.InDoubt() != 1 {
+		t.Errorf("offered %v and declared %d in doubt, want none offered and one declared", h.unacted, b.InDoubt())
+	}
+	// By count alone: named by its key, the harness would find this call.
+	if len(h.inDoubt) != 1 || h.inDoubt[0] != 0 {
+		t.Errorf("named in doubt %v, want [0] (by count alone)", h.inDoubt)
+	}
+}
+
+// TestOwnerHandsLateTheEventItHandedToADroppedHeir: the owner hands event
+// 2 over to its heir, of another instance; the runtime drops the heir
+// before its call for event 2; the owner's instance takes the register
+// back outright (a promotion: its successor is gone). Nobody acted on
+// event 2. At its next call, for event 3, the owner acts and finds the
+// recorded event acted on by nobody, itself not called for it: it offers
+// event 2 to the harness (Decision.recordedUnacted). Before, event 2 was
+// only inside the gap the take declared: the demo, mode containerd,
+// -faults 10 -seed 9036, lost a PostCreateContainer that way. Had the heir
+// been called for event 2, nothing is offered.
+func TestOwnerHandsLateTheEventItHandedToADroppedHeir(t *testing.T) {
+	const kind = 1 << 3
+	for _, heirCalled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "heir dropped", true: "heir called"}[heirCalled], func(t *testing.T) {
+			d, err := OpenDir(testRoot(t), "cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			h := &unactedHooks{hands: true}
+			a := newHookedCoord(t, d, "a", h)
+			n := newQuietCoord(t, d, "n")
+			owner, heir := a.Conn(kind), n.Conn(kind)
+			a.mu.Lock()
+			a.mainTag = owner
+			a.mu.Unlock()
+			d.setOwnerEvents(owner, kind)
+			d.setHeirEvents(kind)
+			putCut(d, cutWord{owner: owner, heir: heir, key: 1, ownerSeen: true, heirSeen: true, acted: true, done: true})
+			if dec := a.Decide(owner, 2, kind, nil); !dec.HandedOver {
+				t.Fatalf("event 2: the owner did not hand over: %+v", dec)
+			}
+			if heirCalled {
+				if dec := n.Decide(heir, 2, kind, nil); !dec.Act {
+					t.Fatalf("event 2: the heir did not act: %+v", dec)
+				}
+				n.Finish(heir, 2)
+			}
+			n.DropConn(heir)
+			a.mu.Lock()
+			taken := a.takeCutLocked(false)
+			a.mu.Unlock()
+			a.reportInDoubt(taken)
+			if w, _, _ := d.readCut(); w.owner != owner {
+				t.Fatalf("the take left the register to %d, want the owner %d", w.owner, owner)
+			}
+			if dec := a.Decide(owner, 3, kind, nil); !dec.Act {
+				t.Fatalf("event 3: the owner did not act: %+v", dec)
+			}
+			if heirCalled {
+				if len(h.unacted) != 0 {
+					t.Errorf("offered %v to hand late, yet the heir acted on event 2", h.unacted)
+				}
+				return
+			}
+			if len(h.unacted) != 1 || h.unacted[0] != 2 {
+				t.Fatalf("offered %v to hand late, want event 2", h.unacted)
+			}
+			if a.InDoubt() != 0 {
+				t.Errorf("declared %d in doubt, want none", a.InDoubt())
+			}
+			// Offered once: the next event finds its own record.
+			a.Finish(owner, 3)
+			a.Decide(owner, 4, kind, nil)
+			if len(h.unacted) != 1 {
+				t.Errorf("offered %v, want event 2 once", h.unacted)
+			}
+		})
+	}
+}
