@@ -345,6 +345,7 @@ cut_broken=(
 	"cut-x19-releaser-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DRELEASE -DGONE -DREACH_RELEASER||22|!(rls)|vacuity: the must-hold cut-released runs reach a releaser's take"
 	"cut-x34-late-reached|-DNEV=3 $rx -DFAIL1 -DCLOSE -DSTANDBY -DDROP -DFAULT_NO_GAP -DREACH_LATE||22|!(late[j])|vacuity: cut-dropped reaches rule 4's late hand of the skipped event"
 	"cut-x35-late-owner-reached|-DNEV=3 $rx -DFAIL1 -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCPTAKE -DCPMASK=1 -DMAXCP=1 -DREACH_LATE_OWNER|-O1|22|assertion violated 0|vacuity: cut-cp-handed-dropped reaches the owner's late hand of a recorded event nobody acted on"
+	"cut-x36-late-mark-reached|-DNEV=3 $rx -DNO_N1 -DSTANDBY -DCLOSE -DCPTAKE -DCPMASK=9 -DMAXCP=2 -DREACH_LATE_MARK|-O1|20|assertion violated 0|vacuity: cut-cp-standby reaches the late hand of a take's own standby mark, at the taker's next call"
 	"cut-x31-handover-reached|-DNEV=3 ${rx/-DWINDOW/} -DFAIL1 -DCLOSE -DSTANDBY -DDROP_MID -DFAULT_NO_GAP -DCHECK_DECL_EVENTS -DREACH_R4H||22|!(r4h)|vacuity: cut-dropped-handover reaches rule 4 read from the counter (S called before A)"
 )
 

@@ -256,6 +256,12 @@ byte sown[NC];
 byte skey[NC];   /* sighting.key */
 byte scnt[NC];
 byte sev[NC];
+/* a control-plane take's own standby mark, decided at the taker's next
+ * call (Coordinator.markPending): the event plus 1 (0: none), its key, the
+ * events counter at the take */
+byte pm[NC];
+byte pmk[NC];
+byte pmcnt[NC];
 bit mt[NC];
 /* C6: the ghost event whose call set WU; MARK_FIRST_ONLY (broken, the
  * code before cut-x22's fix): caller.called (decide ran for the
@@ -485,6 +491,7 @@ inline call(c, e, k) {
 				fi;
 #endif
 				sgv[c] = 1; sfirst[c] = (Wkey != k) || HANDEDUNSEEN(k); shand[c] = HANDEDUNSEEN(k); sown[c] = Wowner; skey[c] = k; scnt[c] = evcount; sev[c] = e; CALLED(c);
+				pm[c] = 0; /* not owner: the register moved, the take's declaration stands */
 				printf("MSC: e%d k%d conn %d skips; sighting first=%d owner=%d events=%d\n", e, k, c, sfirst[c], sown[c], scnt[c]);
 				break
 			:: else
@@ -505,6 +512,17 @@ inline call(c, e, k) {
 			if
 			:: WORD != snap -> printf("MSC: e%d conn %d: CAS failed\n", e, c)   /* load again */
 			:: else ->
+				/* a pending mark of its take: owner still, nothing
+				 * recorded since, and a new key: handed late */
+				if
+				:: pm[c] != 0 && isO && ev0 == pmcnt[c] && k != pmk[c] -> late[pm[c] - 1] = 1;
+#ifdef REACH_LATE_MARK
+					assert(0);
+#endif
+					skip
+				:: else
+				fi;
+				pm[c] = 0;
 				wmd = WM && Wowner != tag(c);
 				if
 				:: plan == P_R5 || plan == P_R4 || plan == P_R3N || plan == P_C2 || plan == P_R5D ->
@@ -1128,7 +1146,16 @@ inline outright(X, prevO, jj, upto, idb) {
 #endif
 #ifdef FIX_STANDBY_MARK
 	if
-	:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow)
+	:: WM && Wowner != 0 -> DECLARE_MARK(jj, evnow);
+		/* the taker's own mark (its last call, first and not a handed
+		 * event, for this owner, nothing recorded since:
+		 * cutTaken.markKey): decided at its
+		 * next call (the code defers the declaration there; the model
+		 * keeps it, and checks the late hand) */
+		if
+		:: sgv[X] && sfirst[X] && !shand[X] && sown[X] == Wowner && scnt[X] == evcount -> pm[X] = sev[X] + 1; pmk[X] = skey[X]; pmcnt[X] = evcount
+		:: else
+		fi
 	:: else
 	fi;
 	WM = 0; Wmev = 0;

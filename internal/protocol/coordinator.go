@@ -189,6 +189,7 @@ type Coordinator struct {
 	claimHeirEvents   uint64          // the heir mask the claim in progress replaced
 	promotingFrom     loss            // of a promotion in progress: the register as the loss was seen (see promoteIfOrphaned)
 	followingOverrun  bool            // an ownAfterOverrun in progress (see moveCutLocked)
+	markPending       pendingMark     // a take's own standby mark, decided at its connection's next call
 
 	lastActing atomic.Uint32 // the connection that acted last (Decide tells Changed on a new one)
 	// releasedTag is the connection that released the register when this

@@ -173,6 +173,10 @@ type Decision struct {
 	// event is over (the runtime calls for a new one) and reached no
 	// handler: the harness may hand it late, once (Config.OnUnacted).
 	recordedUnacted bool
+	// wasOwner, eventsSeen: the caller owned the register when decide read
+	// it, and the events counter then (for Coordinator.markPending).
+	wasOwner   bool
+	eventsSeen uint64
 	// unrecorded: this connection took the register over from another
 	// with cutWord.unrecorded set: the event a standby was called for
 	// first, and the owner never, is declared in doubt.
@@ -352,8 +356,9 @@ func (d *Dir) decide(tag uint16, key uint32, kind uint64, me caller) Decision {
 		// A mark of another connection's (cutWord.unrecorded): declared
 		// if this call takes the register over.
 		marked := w.unrecorded && !isOwner
-		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked()}
+		dec := Decision{prevOwner: w.owner, actedSince: d.actedSinceLocked(), wasOwner: isOwner}
 		events := atomic.LoadUint64(d.word(eventsOffset))
+		dec.eventsSeen = events
 		skipped, skippedHanded := false, false
 		if !isOwner && !isHeir {
 			handed := w.handedUnseen(key)

@@ -124,8 +124,18 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 		}
 		c.gapHeir = 0
 	}
+	mark := c.markPending
+	if mark.tag == tag {
+		c.markPending = pendingMark{}
+	}
 	c.mu.Unlock()
 	c.reportInDoubt(gap)
+	if mark.tag == tag {
+		// Closed before its next call: the take's declaration, made now.
+		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": mark.key}).
+			Warn("in doubt: a standby (this connection) was called for an event the previous owner was not called for; it closed before it could tell whether anyone acted on it")
+		c.countInDoubt(mark.key)
+	}
 	if known && !deliberate {
 		// Lost, not closed by this instance: if it owned the register,
 		// nobody acts until another connection takes it.
@@ -174,6 +184,10 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	// it read move together, and an event takes mu once.
 	c.mu.Lock()
 	cs := c.conns[tag] // nil: not a live connection of this instance's
+	mark := c.markPending
+	if mark.tag == tag {
+		c.markPending = pendingMark{}
+	}
 	var prev sighting
 	called := false // the runtime called tag for an event before
 	me := caller{mayTakeOver: tag == c.takerLocked() && !c.goneLocked(), atLeastOnce: c.cfg.AtLeastOnce,
@@ -200,6 +214,9 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	// or a gap ending at this act) is followed up apart.
 	if d.Promoted || d.took || d.Overrun || d.unrecorded || d.heirUnseen || d.unseenMark || !gap.gapSince.IsZero() {
 		c.afterTakeover(tag, key, &d, me.releaser, called, prev, gap)
+	}
+	if mark.tag == tag {
+		c.decideMark(tag, key, mark, d)
 	}
 	if d.recordedUnacted && d.recordedKey != key {
 		// Not declared before by the cut (a gap may hold it): handed late
@@ -340,6 +357,38 @@ func (c *Coordinator) tookOverFromOverrun(tag uint16, key uint32, d Decision, pr
 		return
 	}
 	c.followTakeover() // the promotion catches up
+}
+
+// pendingMark is a control-plane take's own standby mark (cutTaken.
+// markDeferred): the event with key, which connection tag was called for
+// first and skipped, reached no handler up to the take, after which the
+// events counter read events.
+type pendingMark struct {
+	tag    uint16
+	key    uint32
+	events uint64
+}
+
+// decideMark settles a pending mark at its connection's next call (d, for
+// the event with key): if the connection still owned the register with
+// nothing recorded since the take, nobody acted on the marked event, which
+// the runtime is done with: offered to the harness (declareUnacted).
+// Otherwise the register moved (a take-back, whose connection may have
+// acted on it): declared in doubt, as the take did before. Call without
+// mu.
+func (c *Coordinator) decideMark(tag uint16, key uint32, mark pendingMark, d Decision) {
+	if d.wasOwner && d.eventsSeen == mark.events {
+		c.declareUnacted(tag, key, mark.key,
+			"a standby (this connection) was called for an event the previous owner was not called for (it died or was dropped before its turn), and nobody acted on it")
+		return
+	}
+	c.log.WithFields(logrus.Fields{"conn": tag, "event_key": mark.key}).
+		Warn("in doubt: a standby (this connection) was called for an event the previous owner was not called for; the register moved since this instance took it")
+	if mark.key == key {
+		c.countInDoubt(0)
+	} else {
+		c.countInDoubt(mark.key)
+	}
 }
 
 // declareUnacted declares an earlier event (key) that the cut knows
@@ -516,7 +565,10 @@ func (c *Coordinator) reportInDoubt(t cutTaken) {
 			Warn("in doubt: the previous owner died inside a handler; its event may or may not have been acted on")
 		c.countInDoubt(t.prev.key)
 	}
-	if t.marked {
+	if t.markDeferred {
+		c.log.WithFields(logrus.Fields{"from_conn": t.prev.owner, "event_key": t.markKey}).
+			Info("a standby (this connection) was called for an event the previous owner was not called for: decided at its next call (handed late if nobody acted on it)")
+	} else if t.marked {
 		f := logrus.Fields{"from_conn": t.prev.owner}
 		if t.markKey != 0 {
 			f["event_key"] = t.markKey

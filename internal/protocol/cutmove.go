@@ -26,6 +26,10 @@ type cutTaken struct {
 	// (its last sighting), 0 if unknown.
 	marked  bool
 	markKey uint32
+	// markDeferred: the mark is this connection's own (markKey) and the
+	// take declares a gap (now, or when the connection acts): its
+	// declaration waits for the connection's next call (markPending).
+	markDeferred bool
 	// gapSince: the register was taken from a connection of another
 	// instance with no live owner granting it: no instance has acted since
 	// then (zero: not such a takeover).
@@ -162,7 +166,9 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 			// becomeOwner's holdEvents).
 			if w.unrecorded && w.owner != 0 {
 				t.marked = true
-				if s, _ := c.sightingLocked(tag); s.valid && s.first && s.owner == w.owner && s.events == recorded {
+				// (A handed event's sighting is first too, but the heir
+				// acts on it without recording anew: not the mark.)
+				if s, _ := c.sightingLocked(tag); s.valid && s.first && !s.handed && s.owner == w.owner && s.events == recorded {
 					t.markKey = s.key
 				}
 			}
@@ -206,6 +212,15 @@ func (c *Coordinator) moveCutLocked(heir, promotion bool) (t cutTaken) {
 			// cri-o, -faults 10 -seed 5: 568 of them).
 			c.gapHeir, c.gapSince = tag, c.cfg.Dir.lastActed()
 		}
+	}
+	if t.marked && t.markKey != 0 && outright && (!t.gapSince.IsZero() || c.gapHeir == tag) {
+		// The marked event reached no handler so far, but the event may
+		// still be in progress: a take-back before its last call could
+		// act on it (cut.pml, cut-cp-standby). The connection's next call
+		// tells (Decide); should the instance die first, the gap declared
+		// covers it.
+		t.markDeferred = true
+		c.markPending = pendingMark{tag: tag, key: t.markKey, events: recorded}
 	}
 	return t
 }

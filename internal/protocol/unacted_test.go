@@ -208,3 +208,92 @@ func TestOwnerHandsLateTheEventItHandedToADroppedHeir(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnMarkAtATakeIsDecidedAtTheNextCall: the owner, of another
+// instance, acts on event 1 and dies; this instance's standby, called
+// alone for event 2, skips it and marks the register; its control plane
+// then takes the register outright (declaring a gap). Event 2 reached no
+// handler so far, but it may still be in progress: the take declares
+// nothing for it, and the connection's next call decides. Still owner
+// with nothing recorded since, it offers event 2 to the harness. If
+// another instance took the register back and acted on event 2 meanwhile
+// (cut.pml, cut-cp-standby), it declares event 2 in doubt, as the take
+// did before, and offers nothing.
+func TestOwnMarkAtATakeIsDecidedAtTheNextCall(t *testing.T) {
+	const kind = 1 << 3
+	for _, takenBack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "still owner", true: "taken back"}[takenBack], func(t *testing.T) {
+			d, err := OpenDir(testRoot(t), "cut")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Close() })
+			h := &unactedHooks{hands: true}
+			a, b := newQuietCoord(t, d, "a"), newHookedCoord(t, d, "b", h)
+			owner, taker := a.Conn(kind), b.Conn(kind)
+			b.mu.Lock()
+			b.mainTag = taker
+			b.mu.Unlock()
+			putCut(d, cutWord{owner: owner})
+			d.setOwnerEvents(owner, kind)
+			if dec := a.Decide(owner, 1, kind, nil); !dec.Act {
+				t.Fatalf("event 1: the owner did not act: %+v", dec)
+			}
+			a.Finish(owner, 1)
+			a.DropConn(owner) // it died
+			if dec := b.Decide(taker, 2, kind, nil); dec.Act {
+				t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)
+			}
+			b.mu.Lock()
+			taken := b.takeCutLocked(false)
+			b.mu.Unlock()
+			if !taken.marked || taken.markKey != 2 || !taken.markDeferred {
+				t.Fatalf("the take found no own mark of event 2 to decide later: %+v", taken)
+			}
+			b.reportInDoubt(taken)
+			if b.InDoubt() != 0 || b.Gaps() != 1 {
+				t.Fatalf("at the take: %d in doubt and %d gaps, want none and the gap", b.InDoubt(), b.Gaps())
+			}
+			if takenBack {
+				c := newQuietCoord(t, d, "c")
+				other := c.Conn(kind)
+				putCut(d, cutWord{owner: other, key: 1, ownerSeen: true, acted: true, done: true})
+				if dec := c.Decide(other, 2, kind, nil); !dec.Act {
+					t.Fatalf("event 2: the instance that took back did not act: %+v", dec)
+				}
+				c.Finish(other, 2)
+			}
+			b.Decide(taker, 3, kind, nil)
+			if takenBack {
+				if len(h.unacted) != 0 || b.InDoubt() != 1 || len(h.inDoubt) != 1 || h.inDoubt[0] != 2 {
+					t.Errorf("offered %v, declared %d in doubt (named %v); want none offered, event 2 declared", h.unacted, b.InDoubt(), h.inDoubt)
+				}
+				return
+			}
+			if len(h.unacted) != 1 || h.unacted[0] != 2 || b.InDoubt() != 0 {
+				t.Errorf("offered %v and declared %d in doubt, want event 2 offered and nothing in doubt", h.unacted, b.InDoubt())
+			}
+		})
+	}
+}
+
+// TestTakeDoesNotTakeAHandedSightingForItsMark: the standby's last call
+// was for an event handed over to the owner (its sighting is first, and
+// handed); the owner then acted on it (rule 1 records nothing anew), and
+// another connection marked a later event. The mark is not the standby's:
+// the take must not name the handed event, which was acted on (cut.pml,
+// cut-cp-released-heir, caught this when the mark's event was handed late).
+func TestTakeDoesNotTakeAHandedSightingForItsMark(t *testing.T) {
+	const kind = 1 << 3
+	d, owner, standby := newCutForTest(t, kind)
+	c := coordForCutTest(d, standby, kind)
+	putCut(d, cutWord{owner: owner, key: 2, ownerSeen: true, acted: true, done: true, unrecorded: true})
+	_, n, _ := d.readCut()
+	putSighting(c, standby, sighting{valid: true, first: true, handed: true, owner: owner, kind: kind, key: 2, events: n})
+	c.mu.Lock()
+	taken := c.takeCutLocked(false)
+	c.mu.Unlock()
+	if !taken.marked || taken.markKey != 0 {
+		t.Fatalf("the take named event %d for the mark, want the mark declared by count (0): %+v", taken.markKey, taken)
+	}
+}
