@@ -48,6 +48,31 @@ func newHookedCoord(t *testing.T, d *Dir, id string, h *unactedHooks) *Coordinat
 	return c
 }
 
+// standbyAfterAnAct opens a register directory in which instance a's
+// connection owner owns the register and has acted on event 1 (key 1)
+// and finished it, and instance b's newest connection taker may take
+// over; b tells h (newHookedCoord).
+func standbyAfterAnAct(t *testing.T, kind uint64, h *unactedHooks) (d *Dir, a, b *Coordinator, owner, taker uint16) {
+	t.Helper()
+	d, err := OpenDir(testRoot(t), "cut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	a, b = newQuietCoord(t, d, "a"), newHookedCoord(t, d, "b", h)
+	owner, taker = a.Conn(kind), b.Conn(kind)
+	b.mu.Lock()
+	b.mainTag = taker
+	b.mu.Unlock()
+	putCut(d, cutWord{owner: owner})
+	d.setOwnerEvents(owner, kind)
+	if dec := a.Decide(owner, 1, kind, nil); !dec.Act {
+		t.Fatalf("event 1: the owner did not act: %+v", dec)
+	}
+	a.Finish(owner, 1)
+	return d, a, b, owner, taker
+}
+
 // TestRuleFourHandsTheSkippedEventLate: the owner acts on event 1; the
 // runtime drops it; the standby, called alone for event 2, skips it (the
 // owner holds the register); at event 3 it takes over by rule 4. Event 2
@@ -59,24 +84,8 @@ func TestRuleFourHandsTheSkippedEventLate(t *testing.T) {
 	const kind = 1 << 3
 	for _, hands := range []bool{true, false} {
 		t.Run(map[bool]string{true: "handed late", false: "declared"}[hands], func(t *testing.T) {
-			d, err := OpenDir(testRoot(t), "cut")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Close() })
-			ha, hb := &unactedHooks{hands: hands}, &unactedHooks{hands: hands}
-			a, b := newHookedCoord(t, d, "a", ha), newHookedCoord(t, d, "b", hb)
-			owner, taker := a.Conn(kind), b.Conn(kind)
-			b.mu.Lock()
-			b.mainTag = taker
-			b.mu.Unlock()
-			putCut(d, cutWord{owner: owner})
-			d.setOwnerEvents(owner, kind)
-
-			if dec := a.Decide(owner, 1, kind, nil); !dec.Act {
-				t.Fatalf("event 1: the owner did not act: %+v", dec)
-			}
-			a.Finish(owner, 1)
+			hb := &unactedHooks{hands: hands}
+			_, _, b, _, taker := standbyAfterAnAct(t, kind, hb)
 			if dec := b.Decide(taker, 2, kind, nil); dec.Act {
 				t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)
 			}
@@ -110,21 +119,8 @@ func TestRuleFourHandsTheSkippedEventLate(t *testing.T) {
 // WithAtLeastOnce hand late, the event the standby is acting on).
 func TestRuleFourKeepsAnEventWithThisCallsKeyInDoubt(t *testing.T) {
 	const kind = 1 << 3
-	d, err := OpenDir(testRoot(t), "cut")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
 	h := &unactedHooks{hands: true}
-	a, b := newQuietCoord(t, d, "a"), newHookedCoord(t, d, "b", h)
-	owner, taker := a.Conn(kind), b.Conn(kind)
-	b.mu.Lock()
-	b.mainTag = taker
-	b.mu.Unlock()
-	putCut(d, cutWord{owner: owner})
-	d.setOwnerEvents(owner, kind)
-	a.Decide(owner, 1, kind, nil)
-	a.Finish(owner, 1)
+	_, _, b, _, taker := standbyAfterAnAct(t, kind, h)
 	b.Decide(taker, 2, kind, nil)
 	if dec := b.Decide(taker, 2, kind, nil); !dec.Act || !dec.skippedOwner {
 		t.Fatalf("the standby did not take over by rule 4: %+v", dec)
@@ -223,23 +219,8 @@ func TestOwnMarkAtATakeIsDecidedAtTheNextCall(t *testing.T) {
 	const kind = 1 << 3
 	for _, takenBack := range []bool{false, true} {
 		t.Run(map[bool]string{false: "still owner", true: "taken back"}[takenBack], func(t *testing.T) {
-			d, err := OpenDir(testRoot(t), "cut")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Close() })
 			h := &unactedHooks{hands: true}
-			a, b := newQuietCoord(t, d, "a"), newHookedCoord(t, d, "b", h)
-			owner, taker := a.Conn(kind), b.Conn(kind)
-			b.mu.Lock()
-			b.mainTag = taker
-			b.mu.Unlock()
-			putCut(d, cutWord{owner: owner})
-			d.setOwnerEvents(owner, kind)
-			if dec := a.Decide(owner, 1, kind, nil); !dec.Act {
-				t.Fatalf("event 1: the owner did not act: %+v", dec)
-			}
-			a.Finish(owner, 1)
+			d, a, b, owner, taker := standbyAfterAnAct(t, kind, h)
 			a.DropConn(owner) // it died
 			if dec := b.Decide(taker, 2, kind, nil); dec.Act {
 				t.Fatalf("event 2: the standby acted while the owner held the register: %+v", dec)

@@ -175,20 +175,16 @@ func TestOwnerKilledInsideAStopIsInDoubtNotHandedAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 	defer cancel()
 	v1 := start(t, n, "1.0.0")
-	pod, err := rt.RunPod(ctx, "p")
-	must(t, err)
-	c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
-	must(t, err)
-	must(t, rt.StartContainer(ctx, c.Id))
+	c := startedContainer(ctx, t, rt)
 	stopped := make(chan error, 1)
 	go func() { stopped <- rt.StopContainer(ctx, c.Id) }()
 	<-inside
 	v1.Crash() // inside the author's StopContainer
 	<-stopped  // the runtime goes on without it
-	must(t, rt.RemovePod(ctx, pod.Id))
+	must(t, rt.RemovePod(ctx, c.PodSandboxId))
 	start(t, n, "2.0.0")
 	got := changesSince(n, 0)
-	want := sorted("RemoveContainer "+c.Id, "StopPodSandbox "+pod.Id, "RemovePodSandbox "+pod.Id)
+	want := sorted("RemoveContainer "+c.Id, "StopPodSandbox "+c.PodSandboxId, "RemovePodSandbox "+c.PodSandboxId)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("catch-up handed\n %v\nwant\n %v", got, want)
 	}
@@ -518,10 +514,16 @@ func (a *updater) called(ctx context.Context, event, id string) {
 // hand it again (the demo, -at-least-once: most events in doubt were
 // acted on by no instance).
 func TestOwnerKilledInsideAnUpdateOrARunIsNamedToTheFallback(t *testing.T) {
+	forUpdateAndRun(t, testOwnerKilledInside)
+}
+
+// forUpdateAndRun runs test for an UpdateContainer and a RunPodSandbox,
+// each at most once and at least once.
+func forUpdateAndRun(t *testing.T, test func(t *testing.T, event string, atLeastOnce bool)) {
 	for _, atLeastOnce := range []bool{false, true} {
 		for _, event := range []string{"UpdateContainer", "RunPodSandbox"} {
 			t.Run(fmt.Sprintf("%s/at-least-once=%v", event, atLeastOnce), func(t *testing.T) {
-				testOwnerKilledInside(t, event, atLeastOnce)
+				test(t, event, atLeastOnce)
 			})
 		}
 	}
@@ -611,14 +613,22 @@ func startWithAFallback(t *testing.T, atLeastOnce bool, newAuthor func(v string,
 	t.Cleanup(cancel)
 	f.ctx = ctx
 	f.v1 = start(t, f.n, "1.0.0")
-	pod, err := f.rt.RunPod(ctx, "p")
-	must(t, err)
-	f.c, err = f.rt.CreateContainer(ctx, pod.Id, "c", nil)
-	must(t, err)
-	must(t, f.rt.StartContainer(ctx, f.c.Id))
+	f.c = startedContainer(ctx, t, f.rt)
 	f.v2 = start(t, f.n, "2.0.0") // v1 stays, retired: the fallback
 	blocking.Store(true)
 	return f
+}
+
+// startedContainer runs pod "p" on rt and creates and starts container
+// "c" in it.
+func startedContainer(ctx context.Context, t *testing.T, rt *Runtime) *api.Container {
+	t.Helper()
+	pod, err := rt.RunPod(ctx, "p")
+	must(t, err)
+	c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
+	must(t, err)
+	must(t, rt.StartContainer(ctx, c.Id))
+	return c
 }
 
 // linesShownOnFailure returns a node log that the test prints if it fails.
@@ -647,13 +657,7 @@ func linesShownOnFailure(t *testing.T) *lines {
 // default, handed to no handler (the demo, -faults 10: 4.3 events per run
 // declared in doubt and not acted on, most of them such events).
 func TestOwnerFrozenBetweenEventsItsMissedEventIsHandedLate(t *testing.T) {
-	for _, atLeastOnce := range []bool{false, true} {
-		for _, event := range []string{"UpdateContainer", "RunPodSandbox"} {
-			t.Run(fmt.Sprintf("%s/at-least-once=%v", event, atLeastOnce), func(t *testing.T) {
-				testOwnerFrozenBetween(t, event, atLeastOnce)
-			})
-		}
-	}
+	forUpdateAndRun(t, testOwnerFrozenBetween)
 }
 
 func testOwnerFrozenBetween(t *testing.T, event string, atLeastOnce bool) {
@@ -670,11 +674,7 @@ func testOwnerFrozenBetween(t *testing.T, event string, atLeastOnce bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), failAfter)
 	defer cancel()
 	v1 := start(t, n, "1.0.0")
-	pod, err := rt.RunPod(ctx, "p")
-	must(t, err)
-	c, err := rt.CreateContainer(ctx, pod.Id, "c", nil)
-	must(t, err)
-	must(t, rt.StartContainer(ctx, c.Id))
+	c := startedContainer(ctx, t, rt)
 	v2 := start(t, n, "2.0.0") // v1 stays, retired: the fallback
 	v2.Freeze()
 	defer v2.Thaw()
@@ -689,7 +689,7 @@ func testOwnerFrozenBetween(t *testing.T, event string, atLeastOnce bool) {
 		}
 		id = q.Id
 	}
-	_, err = rt.RunPod(ctx, "r")
+	_, err := rt.RunPod(ctx, "r")
 	must(t, err)
 	log.wait(t, func(late, _ []string) bool { return len(late) != 0 })
 	late, doubts := log.read()
