@@ -22,8 +22,8 @@ type catchingUpKey struct{}
 // handler: by a catch-up, for a lifecycle change (StartContainer,
 // StopContainer, RemoveContainer, StopPodSandbox, RemovePodSandbox, or a
 // pod's RunPodSandbox) that happened while no instance of the plugin
-// acted; for an update or a Post* event that reached no instance's
-// handler (the owner was dropped or frozen before its call for it) and
+// acted; for a pod's run, an update or a Post* event that reached no
+// instance's handler (the owner was dropped or frozen before its call for it) and
 // that an instance called for it hands once, late, as it takes over; or,
 // with WithAtLeastOnce, for an event in doubt handed again after its
 // request was answered (RunPodSandbox, UpdatePodSandbox, UpdateContainer
