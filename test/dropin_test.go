@@ -79,8 +79,15 @@ func TestValidatorOnlyOnTheOwner(t *testing.T) {
 	if err := create("ok2", nil); err != nil {
 		t.Fatalf("after the handover, accepted container: %v", err)
 	}
-	if ga, gb := va.calls.Load(), vb.calls.Load(); ga != 2 || gb != 2 {
-		t.Fatalf("validators called a=%d b=%d after the handover, want 2 and 2", ga, gb)
+	// Each validation by exactly one instance, and the new owner validates
+	// by the second one at the latest. Which validates the first after
+	// Ready is timing: the old owner acts until the register moves (a=3
+	// b=1 in 1 of 2 fresh-clone CI runs of session 17 under load, 0 of 90
+	// runs alone or four at a time under -race).
+	if ga, gb := va.calls.Load(), vb.calls.Load(); ga+gb != 4 || gb == 0 {
+		t.Fatalf("validators called a=%d b=%d in all, want 4 calls (one per validation), the new owner's at least one", ga, gb)
+	} else if ga != 2 {
+		t.Logf("validators called a=%d b=%d: the old owner validated one more after the new one was ready", ga, gb)
 	}
 	if st := b.p.Stats(); st.Acted == 0 {
 		t.Fatalf("the new owner counted no act: %+v", st)
