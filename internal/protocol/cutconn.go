@@ -132,9 +132,8 @@ func (c *Coordinator) dropConn(tag uint16, deliberate bool) {
 	c.reportInDoubt(gap)
 	if mark.tag == tag {
 		// Closed before its next call: the take's declaration, made now.
-		c.log.WithFields(logrus.Fields{"conn": tag, "event_key": mark.key}).
-			Warn("in doubt: a standby (this connection) was called for an event the previous owner was not called for; it closed before it could tell whether anyone acted on it")
-		c.countInDoubt(mark.key)
+		c.declareEarlierInDoubt(tag, 0, mark.key,
+			"a standby (this connection) was called for an event the previous owner was not called for; it closed before it could tell whether anyone acted on it")
 	}
 	if known && !deliberate {
 		// Lost, not closed by this instance: if it owned the register,
@@ -218,14 +217,11 @@ func (c *Coordinator) Decide(tag uint16, key uint32, kind uint64, gone func() bo
 	if mark.tag == tag {
 		c.decideMark(tag, key, mark, d)
 	}
-	if d.recordedUnacted && d.recordedKey != key {
+	if d.recordedUnacted {
 		// Not declared before by the cut (a gap may hold it): handed late
 		// if the harness can, else left as it was.
-		if c.cfg.OnUnacted != nil && c.cfg.OnUnacted(d.recordedKey) {
-			c.unacted.Add(1)
-			c.log.WithFields(logrus.Fields{"conn": tag, "event_key": d.recordedKey}).
-				Warn("reached no handler: the event recorded last was left to this connection (a handover whose heir was dropped, then a take) and nobody acted on it; handing it late")
-		}
+		c.offerUnacted(tag, key, d.recordedKey,
+			"the event recorded last was left to this connection (a handover whose heir was dropped, then a take) and nobody acted on it")
 	}
 	// The first act of a connection: it was promoted now, or its
 	// predecessor handed over to it at this event.
@@ -382,13 +378,8 @@ func (c *Coordinator) decideMark(tag uint16, key uint32, mark pendingMark, d Dec
 			"a standby (this connection) was called for an event the previous owner was not called for (it died or was dropped before its turn), and nobody acted on it")
 		return
 	}
-	c.log.WithFields(logrus.Fields{"conn": tag, "event_key": mark.key}).
-		Warn("in doubt: a standby (this connection) was called for an event the previous owner was not called for; the register moved since this instance took it")
-	if mark.key == key {
-		c.countInDoubt(0)
-	} else {
-		c.countInDoubt(mark.key)
-	}
+	c.declareEarlierInDoubt(tag, key, mark.key,
+		"a standby (this connection) was called for an event the previous owner was not called for; the register moved since this instance took it")
 }
 
 // declareUnacted declares an earlier event (key) that the cut knows
@@ -398,18 +389,32 @@ func (c *Coordinator) decideMark(tag uint16, key uint32, mark pendingMark, d Dec
 // doubt by count alone: the harness, which finds calls by key, would take
 // this call for it. Call without mu.
 func (c *Coordinator) declareUnacted(tag uint16, thisKey, key uint32, why string) {
-	log := c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key})
+	if !c.offerUnacted(tag, thisKey, key, why) {
+		c.declareEarlierInDoubt(tag, thisKey, key, why)
+	}
+}
+
+// offerUnacted offers the harness an earlier event (key) that reached no
+// handler (Config.OnUnacted) and reports whether it hands it late; not
+// one with the key of this call (thisKey), which it would take for it.
+// Call without mu.
+func (c *Coordinator) offerUnacted(tag uint16, thisKey, key uint32, why string) bool {
+	if key == 0 || key == thisKey || c.cfg.OnUnacted == nil || !c.cfg.OnUnacted(key) {
+		return false
+	}
+	c.unacted.Add(1)
+	c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key}).Warn("reached no handler: " + why + "; handing it late")
+	return true
+}
+
+// declareEarlierInDoubt declares an earlier event (key) in doubt, from
+// connection tag's call for the event with thisKey (0: none): by count
+// alone if it has this call's key. Call without mu.
+func (c *Coordinator) declareEarlierInDoubt(tag uint16, thisKey, key uint32, why string) {
 	if key == thisKey {
-		log.Warn("in doubt: " + why + " (it has this event's key)")
-		c.countInDoubt(0)
-		return
+		why, key = why+" (it has this event's key)", 0
 	}
-	if key != 0 && c.cfg.OnUnacted != nil && c.cfg.OnUnacted(key) {
-		c.unacted.Add(1)
-		log.Warn("reached no handler: " + why + "; handing it late")
-		return
-	}
-	log.Warn("in doubt: " + why)
+	c.log.WithFields(logrus.Fields{"conn": tag, "event_key": key}).Warn("in doubt: " + why)
 	c.countInDoubt(key)
 }
 
